@@ -1,0 +1,46 @@
+# Salvage: `make demo` runs the product, `make test` runs the tests (both install first).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python manage.py demo
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard
+
+bench-manifest: install
+	$(BIN)/python bench/manifest.py
+
+bench-claim: install
+	$(BIN)/python bench/claim.py
+
+bench-scrape: install
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/scrape.py
+
+bench-export: install
+	$(BIN)/python bench/export.py
+
+bench-dashboard: install
+	$(BIN)/python bench/dashboard.py
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,88 @@
+"""Identities: canonical URLs, task keys and observation keys (pure functions).
+
+Two spellings of one page are one task; a retry collides with its original task; one entity in
+one window is one observation. Keys are SHA-256 hex over length-prefixed parts, so no choice of
+part values can make two different tuples collide by concatenation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+TRACKING_PARAMS = frozenset(
+    {"gclid", "fbclid", "dclid", "msclkid", "yclid", "mc_cid", "mc_eid", "_ga", "_gl", "igshid"}
+)
+TRACKING_PREFIXES = ("utm_",)
+
+# Characters left as they are in a path; everything else is percent-encoded, so "%7E" and "~"
+# or a raw and an encoded space canonicalise to the same spelling.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+class InvalidURL(ValueError):
+    """A manifest or discovered URL that cannot be a task (names the problem)."""
+
+
+def _is_tracking(key: str) -> bool:
+    lowered = key.lower()
+    return lowered in TRACKING_PARAMS or lowered.startswith(TRACKING_PREFIXES)
+
+
+def canonical_url(url: str) -> str:
+    """Lower-case scheme and host, default port dropped, fragment dropped, query keys sorted,
+    tracking parameters removed, path percent-encoding normalised."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidURL("empty URL")
+    raw = url.strip()
+    if any(ch in raw for ch in "\r\n\t"):
+        raise InvalidURL(f"URL contains a control character: {raw!r}")
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURL(f"{raw!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise InvalidURL(f"{raw!r}: scheme {scheme or '(none)'!r} is not http or https")
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise InvalidURL(f"{raw!r}: no host")
+    try:
+        host = host.encode("idna").decode("ascii") if not host.isascii() else host.lower()
+    except UnicodeError:
+        raise InvalidURL(f"{raw!r}: host {host!r} is not a valid name") from None
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    path = quote(unquote(parts.path), safe=_PATH_SAFE) or "/"
+    query_pairs = [
+        (k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _is_tracking(k)
+    ]
+    query = urlencode(sorted(query_pairs), quote_via=quote)
+    return urlunsplit((scheme, netloc, path, query, ""))
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def task_key(dataset: str, url: str, window: str, page_type: str) -> str:
+    """hash(dataset, canonical URL, window, page type): stable across retries and spellings."""
+    return _digest("task", dataset, canonical_url(url), window, page_type)
+
+
+def observation_key(dataset: str, entity_key: str, window: str) -> str:
+    """hash(dataset, entity key, window): one entity's state in one window."""
+    return _digest("observation", dataset, entity_key, window)
+
+
+def payload_hash(payload_json: str) -> str:
+    """Hash of a payload's canonical JSON (sorted keys), kept to detect real changes."""
+    return hashlib.sha256(payload_json.encode("utf-8")).hexdigest()

@@ -1,0 +1,10 @@
+"""Machine-facing endpoints: health, readiness, metrics and provider webhooks."""
+
+from django.urls import path
+
+from recovery import ops_views
+
+urlpatterns = [
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
+]

@@ -1,0 +1,3 @@
+"""Imports every built-in provider module so that each registers itself."""
+
+from recovery.providers import noop  # noqa: F401

@@ -1,0 +1,282 @@
+"""Django settings, read from the environment with safe defaults.
+
+Unset DATABASE_URL means an embedded SQLite file under SALVAGE_DATA_DIR (default ./var),
+so the demo and the tests run on a machine with nothing but Python.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def database_from_url(url: str, data_dir: Path) -> dict:
+    """Turn DATABASE_URL into a Django DATABASES entry (postgres:// or sqlite:///abs/path)."""
+    if not url:
+        return sqlite_database(data_dir / "salvage.sqlite3")
+    parts = urlsplit(url)
+    if parts.scheme in {"postgres", "postgresql"}:
+        options = dict(parse_qsl(parts.query))
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            # Keep synchronous_commit on: "committed" must mean durable before we acknowledge.
+            "OPTIONS": {"options": "-c synchronous_commit=on", **options},
+            "CONN_MAX_AGE": env_int("SALVAGE_CONN_MAX_AGE", 60, minimum=0),
+            "TEST": {"NAME": env_str("SALVAGE_TEST_DATABASE", "") or None},
+        }
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise ImproperlyConfigured("DATABASE_URL sqlite:/// needs an absolute path")
+        return sqlite_database(Path(path))
+    raise ImproperlyConfigured(f"DATABASE_URL scheme {parts.scheme!r} is not supported")
+
+
+def sqlite_database(path: Path) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "OPTIONS": {
+            # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
+            # timeout instead of deadlocking on lock upgrade. WAL lets readers run beside the
+            # writer; synchronous=FULL makes each COMMIT durable (NORMAL can lose the last
+            # commits on power loss, which would break "commit before acknowledge").
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;",
+        },
+        # Worker processes must see the test database, so it is a file, not :memory:.
+        "TEST": {"NAME": str(path.with_name(path.stem + "-test.sqlite3"))},
+    }
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("SALVAGE_INSECURE_DEV_KEY", False):
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off "
+            "(the demo and tests set DEBUG=1 or SALVAGE_INSECURE_DEV_KEY=1)"
+        )
+    SECRET_KEY = "insecure-dev-key-not-for-production"
+
+DATA_DIR = Path(env_str("SALVAGE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_q",
+    "recovery",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "recovery.urls"
+WSGI_APPLICATION = "recovery.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL"), DATA_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env_str("SALVAGE_STATIC_ROOT", str(DATA_DIR / "staticfiles")))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:runs"
+LOGOUT_REDIRECT_URL = "login"
+
+# Cookies and transport security outside DEBUG (manage.py check --deploy must pass).
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("SALVAGE_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# A shared cache: login throttling and qinfo both need one that every process sees.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "salvage_cache",
+    }
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "recovery.logs.RedactSecretsFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "recovery.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": env_str("SALVAGE_LOG_FORMAT", "plain"),
+            "filters": ["redact"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": env_str("SALVAGE_LOG_LEVEL", "INFO")},
+    "loggers": {"django_q": {"level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING")}},
+}
+
+# --- Salvage product knobs -----------------------------------------------------------------
+SALVAGE_LEASE_SECONDS = env_int("SALVAGE_LEASE_SECONDS", 300, minimum=1)
+SALVAGE_CLAIM_BATCH = env_int("SALVAGE_CLAIM_BATCH", 50, minimum=1)
+SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
+SALVAGE_BACKOFF_BASE = float(env_str("SALVAGE_BACKOFF_BASE", "1.0"))
+SALVAGE_BACKOFF_CAP = float(env_str("SALVAGE_BACKOFF_CAP", "300"))
+SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
+# Networks a target may resolve to although they are private (CIDRs, comma separated).
+SALVAGE_ALLOWED_NETWORKS = env_list("SALVAGE_ALLOWED_NETWORKS")
+SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://example.invalid/bot)")
+SALVAGE_MAX_RESPONSE_BYTES = env_int("SALVAGE_MAX_RESPONSE_BYTES", 5_000_000, minimum=1024)
+SALVAGE_REQUEST_DEADLINE = float(env_str("SALVAGE_REQUEST_DEADLINE", "30"))
+SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "artefacts")))
+SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
+# Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
+SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")
+# Fault injection for crash tests: names a point where the process SIGKILLs itself.
+# Read only by recovery.faults, which is inert unless this is set.
+SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
+
+# Provider credentials come from the environment only; they never reach the database.
+MESSORA_API_URL = env_str("MESSORA_API_URL", "https://api.messora.dev")
+MESSORA_API_KEY = env_str("MESSORA_API_KEY")
+TORNADO_API_URL = env_str("TORNADO_API_URL", "")
+TORNADO_API_KEY = env_str("TORNADO_API_KEY")
+WEBSCRAPER_API_URL = env_str("WEBSCRAPER_API_URL", "https://api.webscraper.io")
+WEBSCRAPER_API_TOKEN = env_str("WEBSCRAPER_API_TOKEN")
+WEBSCRAPER_WEBHOOK_SECRET = env_str("WEBSCRAPER_WEBHOOK_SECRET")
+
+# --- django-q2 -----------------------------------------------------------------------------
+# django-q2 only carries wake-ups; the lease table decides who works. It never retries on its
+# own (ack_failures, max_attempts=1), and retry is far above timeout so a prefetched item is
+# not redelivered while it waits (rule: retry > timeout * (1 + ceil((queue_limit+bulk)/workers))).
+_Q_TIMEOUT = env_int("SALVAGE_Q_TIMEOUT", 300, minimum=5)
+Q_CLUSTER = {
+    "name": env_str("SALVAGE_Q_NAME", "salvage"),
+    "workers": env_int("SALVAGE_Q_WORKERS", 2, minimum=1),
+    "timeout": _Q_TIMEOUT,
+    "retry": env_int("SALVAGE_Q_RETRY", _Q_TIMEOUT * 4, minimum=10),
+    "queue_limit": env_int("SALVAGE_Q_WORKERS", 2, minimum=1),
+    "bulk": 1,
+    "poll": 0.2,
+    "ack_failures": True,
+    "max_attempts": 1,
+    "save_limit": 100,
+    "catch_up": False,
+    "recycle": 500,
+    "max_rss": 400_000,
+    "label": "Queue",
+}
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    # At-most-once broker: the dispatcher re-sends any wake-up that was never claimed.
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"

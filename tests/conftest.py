@@ -1,0 +1,28 @@
+"""Shared fixtures. Tests that need PostgreSQL or Redis say so when they skip; CI runs them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def postgres_only():
+    if not on_postgres():
+        pytest.skip("needs PostgreSQL: run with DATABASE_URL=postgres://... (CI does)")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    url = os.environ.get("REDIS_TEST_URL") or os.environ.get("REDIS_URL")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide REDIS_TEST_URL for the Redis-broker tests")
+        pytest.skip("needs Redis: set REDIS_TEST_URL=redis://127.0.0.1:6379/15 (CI does)")
+    return url

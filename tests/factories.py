@@ -1,0 +1,66 @@
+"""Plain factory functions for tests: make_thing(**overrides)."""
+
+from __future__ import annotations
+
+import itertools
+
+from django.utils import timezone
+
+from recovery import counters, keys
+from recovery.models import Dataset, Run, Task
+
+_seq = itertools.count(1)
+
+DEFAULT_SPEC = {
+    "name": "shop",
+    "provider": "noop",
+    "page_types": {"product": {"fields": {"title": {"selector": "h1", "required": True}}}},
+    "entity_key": {"from": "url"},
+    "partition": {"rule": "host"},
+}
+
+
+def make_dataset(**overrides) -> Dataset:
+    n = next(_seq)
+    spec = dict(DEFAULT_SPEC, name=overrides.pop("name", f"shop{n}"))
+    values = {"name": spec["name"], "spec": spec, "spec_sha256": "0" * 64, "provider": "noop"}
+    values.update(overrides)
+    return Dataset.objects.create(**values)
+
+
+def make_run(dataset: Dataset | None = None, **overrides) -> Run:
+    dataset = dataset or make_dataset()
+    values = {"dataset": dataset, "window": f"2026-11-{next(_seq) % 28 + 1:02d}-{next(_seq)}"}
+    values.update(overrides)
+    return Run.objects.create(**values)
+
+
+def make_tasks(
+    run: Run,
+    n: int,
+    *,
+    partition: str = "p1",
+    page_type: str = "product",
+    state: str = "pending",
+    host: str = "shop.test",
+) -> list[Task]:
+    start = Task.objects.filter(run=run).count()
+    tasks = []
+    for i in range(start, start + n):
+        url = f"http://{host}/item/{i}"
+        tasks.append(
+            Task(
+                run=run,
+                task_key=keys.task_key(run.dataset.name, url, run.window, page_type),
+                url=keys.canonical_url(url),
+                page_type=page_type,
+                partition=partition,
+                state=state,
+                next_attempt_at=timezone.now(),
+            )
+        )
+    Task.objects.bulk_create(tasks, batch_size=1000)
+    counters.record([(run.pk, partition, None, state, n)])
+    run.task_total = Task.objects.filter(run=run).count()
+    run.save(update_fields=["task_total"])
+    return list(Task.objects.filter(run=run, partition=partition).order_by("pk"))[-n:]
