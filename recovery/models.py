@@ -206,6 +206,9 @@ class Attempt(models.Model):
         indexes = [
             models.Index(fields=["task", "started_at"], name="attempt_task_time_idx"),
             models.Index(fields=["run", "outcome"], name="attempt_run_outcome_idx"),
+            # Dashboard: throughput and the per-minute chart read one run's recent attempts
+            # as an index range (run, finished_at), never the run's whole attempt history.
+            models.Index(fields=["run", "finished_at", "outcome"], name="attempt_run_finished_idx"),
         ]
 
 
