@@ -7,4 +7,5 @@ from recovery import ops_views
 urlpatterns = [
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
+    path("metrics", ops_views.metrics, name="metrics"),
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 
@@ -22,3 +22,15 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # any database error means "not ready"
         return JsonResponse({"status": "unavailable", "error": type(exc).__name__}, status=503)
     return JsonResponse({"status": "ready"})
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    # Prometheus text; counts and state names only (recovery.metrics), optionally token-guarded.
+    from recovery import metrics as prometheus
+
+    if not prometheus.authorised(request.headers.get("Authorization", "")):
+        return HttpResponse("unauthorised\n", status=401, content_type="text/plain")
+    return HttpResponse(
+        prometheus.render(), content_type="text/plain; version=0.0.4; charset=utf-8"
+    )

@@ -243,6 +243,8 @@ SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")
 # Fault injection for crash tests: names a point where the process SIGKILLs itself.
 # Read only by recovery.faults, which is inert unless this is set.
 SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
+# When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
+SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 
 # Provider credentials come from the environment only; they never reach the database.
 MESSORA_API_URL = env_str("MESSORA_API_URL", "https://api.messora.dev")
