@@ -221,7 +221,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("SALVAGE_LOG_LEVEL", "INFO")},
-    "loggers": {"django_q": {"level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        "django_q": {"level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING")},
+        # httpx logs every request at INFO: thousands of lines per run, URLs included.
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 # --- Salvage product knobs -----------------------------------------------------------------
