@@ -1,0 +1,98 @@
+"""manage.py sandbox: serve the local shop and provider simulators until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery.sandbox import server, site
+
+
+class Command(BaseCommand):
+    help = "Serve the sandbox shop and provider simulators (prints the URL when listening)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+        parser.add_argument("--pages", type=int, default=1000)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--faults", default="none", help=", ".join(site.PROFILES))
+        parser.add_argument(
+            "--listing-insert-every",
+            type=int,
+            default=0,
+            help="add a new item at the front of the listing every N offset-listing requests",
+        )
+        parser.add_argument("--spec-out", help="write a dataset spec (TOML) for this shop")
+        parser.add_argument("--manifest-out", help="write a CSV manifest for this shop")
+        parser.add_argument("--manifest-mode", default="products", choices=server.MANIFEST_MODES)
+        parser.add_argument("--partition-rule", default="manifest", choices=server.PARTITION_RULES)
+        parser.add_argument("--dataset-name", default="sandbox-shop")
+
+    def handle(self, *args, **options) -> None:
+        if options["faults"] not in site.PROFILES:
+            raise CommandError(
+                f"--faults: {options['faults']!r} is not one of {', '.join(site.PROFILES)}",
+                returncode=2,
+            )
+        if options["pages"] < 1:
+            raise CommandError("--pages: must be at least 1", returncode=2)
+        if not 0 <= options["port"] <= 65535:
+            raise CommandError("--port: must be between 0 and 65535", returncode=2)
+        app = server.build_app(
+            options["pages"],
+            options["seed"],
+            options["faults"],
+            listing_insert_every=options["listing_insert_every"],
+        )
+        try:
+            asyncio.run(self._serve(app, options))
+        except OSError as exc:
+            raise CommandError(f"--port: cannot listen: {exc}", returncode=2) from None
+
+    async def _serve(self, app: web.Application, options: dict) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            tcp = web.TCPSite(runner, options["host"], options["port"], backlog=1024)
+            await tcp.start()
+            port = tcp._server.sockets[0].getsockname()[1]  # the bound port (for --port 0)
+            host = options["host"]
+            base_url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+            self._write_files(base_url, options)
+            mounted = sorted(app[server.SIMULATORS_KEY])
+            self.stdout.write(
+                f"sandbox listening on {base_url}/ (pages={options['pages']} "
+                f"seed={options['seed']} faults={options['faults']} "
+                f"simulators={','.join(mounted) or 'none'})"
+            )
+            sys.stdout.flush()
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    def _write_files(self, base_url: str, options: dict) -> None:
+        if options["spec_out"]:
+            Path(options["spec_out"]).write_text(
+                server.shop_spec_toml(
+                    name=options["dataset_name"], partition_rule=options["partition_rule"]
+                ),
+                encoding="utf-8",
+            )
+        if options["manifest_out"]:
+            rows = server.manifest_rows(
+                base_url,
+                pages=options["pages"],
+                seed=options["seed"],
+                mode=options["manifest_mode"],
+            )
+            server.write_manifest(options["manifest_out"], rows)
