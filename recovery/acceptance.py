@@ -1,0 +1,183 @@
+"""Run acceptance: collecting -> candidate -> accepted -> published; candidate -> rejected.
+
+`advance_runs()` is the periodic step (dispatcher tick, end of `work --until-idle`): it finishes
+recovery batches whose tasks are terminal, moves every collecting run whose tasks are all
+terminal to candidate, evaluates its rules and auto-accepts when the dataset says so.
+
+Accepting and publishing write an OutboxEvent in the same transaction as the move (the
+transactional outbox): the run can never be accepted without its announcement existing, and a
+crash before delivery leaves the event for the next delivery pass. Delivery never touches
+tasks, so repeating it can never trigger a collection (guarantee 8).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from recovery import audit, counters, outbox, validation
+from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run
+from recovery.states import run as run_states
+from recovery.states.run import RunState
+from recovery.states.task import TERMINAL
+
+SYSTEM = "system"
+
+
+class AcceptanceError(ValueError):
+    """A run that cannot make the requested move (unknown, wrong state, rules failing)."""
+
+
+def _locked_run(run_id: int) -> Run:
+    run = Run.objects.select_for_update().select_related("dataset").filter(pk=run_id).first()
+    if run is None:
+        raise AcceptanceError(f"run {run_id} does not exist")
+    return run
+
+
+def all_tasks_terminal(run_id: int) -> bool:
+    """True when the run has tasks and none is pending, leased or waiting (from the counters,
+    so this stays cheap at a million tasks)."""
+    states = counters.by_state(run_id)
+    if not any(states.values()):
+        return False
+    return all(state in TERMINAL for state, n in states.items() if n)
+
+
+def _summary(run: Run) -> dict:
+    counts = dict(
+        Observation.objects.filter(run=run)
+        .order_by()
+        .values_list("validation_state")
+        .annotate(n=validation._count())
+        .values_list("validation_state", "n")
+    )
+    return {
+        "run": run.pk,
+        "dataset": run.dataset.name,
+        "window": run.window,
+        "scraper_version": run.scraper_version,
+        "observations": counts.get(Observation.Validation.VALID, 0),
+        "held": counts.get(Observation.Validation.HELD, 0),
+        "invalid": counts.get(Observation.Validation.INVALID, 0),
+    }
+
+
+def make_candidate(run_id: int) -> bool:
+    """collecting -> candidate when every task is terminal; evaluates the rules. True if moved."""
+    if not all_tasks_terminal(run_id):
+        return False
+    with transaction.atomic():
+        run = _locked_run(run_id)
+        if run.acceptance_state != RunState.COLLECTING or not all_tasks_terminal(run_id):
+            return False
+        # After a recovery batch only the repaired partitions were re-marked (at batch
+        # completion); the first evaluation marks every partition.
+        had_batch = RecoveryBatch.objects.filter(run_id=run_id).exists()
+        run_states.move(run_id, RunState.COLLECTING, RunState.CANDIDATE, state_reason="")
+        result = validation.evaluate(run_id, mark=set() if had_batch else None)
+        audit.record(
+            SYSTEM,
+            "run_candidate",
+            run,
+            "all tasks terminal",
+            passed=result.passed,
+            failures=result.failures,
+            quarantined=result.quarantined,
+        )
+    return True
+
+
+def promote_if_ready(run_id: int) -> bool:
+    """Auto-accept a candidate whose rules pass, when its dataset has auto_accept on."""
+    run = Run.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None or run.acceptance_state != RunState.CANDIDATE or not run.dataset.auto_accept:
+        return False
+    try:
+        accept_run(run_id, SYSTEM)
+    except AcceptanceError:
+        return False  # rules fail: stays candidate for an admin to reject or repair
+    return True
+
+
+def advance_runs() -> int:
+    """One step: complete finished recovery batches, make candidates, auto-accept.
+
+    Returns the number of runs or batches that moved (0 = nothing to do).
+    """
+    from recovery import reruns
+
+    moved = reruns.complete_ready_batches()
+    collecting = list(
+        Run.objects.filter(acceptance_state=RunState.COLLECTING).values_list("pk", flat=True)
+    )
+    for run_id in collecting:
+        if make_candidate(run_id):
+            moved += 1
+            promote_if_ready(run_id)
+    return moved
+
+
+def evaluate_run(run_id: int, actor: str) -> validation.Evaluation:
+    """Re-evaluate a run's rules on demand (the dashboard's "revalidate")."""
+    with transaction.atomic():
+        run = _locked_run(run_id)
+        if run.acceptance_state == RunState.COLLECTING:
+            raise AcceptanceError(f"run {run_id} is still collecting")
+        result = validation.evaluate(run_id)
+        audit.record(actor, "evaluate_run", run, "", passed=result.passed, failures=result.failures)
+    return result
+
+
+def accept_run(run_id: int, actor: str) -> Run:
+    """candidate -> accepted, only when the rules pass; writes the `accepted` outbox event."""
+    with transaction.atomic():
+        run = _locked_run(run_id)
+        if run.acceptance_state != RunState.CANDIDATE:
+            raise AcceptanceError(
+                f"run {run_id} is {run.acceptance_state}; only a candidate can be accepted"
+            )
+        # Judge the data as it is now, in the same transaction as the move.
+        result = validation.evaluate(run_id, mark=set())
+        if not result.passed:
+            raise AcceptanceError(f"run {run_id} fails its rules: " + "; ".join(result.failures))
+        if not run_states.move(
+            run_id, RunState.CANDIDATE, RunState.ACCEPTED, accepted_by=actor, state_reason=""
+        ):
+            raise AcceptanceError(f"run {run_id} changed state meanwhile")
+        run.refresh_from_db()
+        event = outbox.enqueue(run, OutboxEvent.Kind.ACCEPTED, _summary(run))
+        audit.record(actor, "accept_run", run, "", event=str(event.pk))
+    return run
+
+
+def reject_run(run_id: int, actor: str, reason: str) -> Run:
+    """candidate -> rejected with a reason. The run's previous accepted dataset stays current."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise AcceptanceError("rejecting a run needs a reason")
+    with transaction.atomic():
+        run = _locked_run(run_id)
+        if run.acceptance_state != RunState.CANDIDATE:
+            raise AcceptanceError(
+                f"run {run_id} is {run.acceptance_state}; only a candidate can be rejected"
+            )
+        run_states.move(run_id, RunState.CANDIDATE, RunState.REJECTED, state_reason=reason)
+        run.refresh_from_db()
+        audit.record(actor, "reject_run", run, reason)
+    return run
+
+
+def publish_run(run_id: int, actor: str) -> Run:
+    """accepted -> published; writes the `published` outbox event in the same transaction."""
+    with transaction.atomic():
+        run = _locked_run(run_id)
+        if run.acceptance_state != RunState.ACCEPTED:
+            raise AcceptanceError(
+                f"run {run_id} is {run.acceptance_state}; only an accepted run can be published"
+            )
+        if not run_states.move(run_id, RunState.ACCEPTED, RunState.PUBLISHED):
+            raise AcceptanceError(f"run {run_id} changed state meanwhile")
+        run.refresh_from_db()
+        event = outbox.enqueue(run, OutboxEvent.Kind.PUBLISHED, _summary(run))
+        audit.record(actor, "publish_run", run, "", event=str(event.pk))
+    return run

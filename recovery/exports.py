@@ -1,0 +1,209 @@
+"""Streamed exports of accepted observations (CSV or JSONL), in constant memory.
+
+Only valid observations of accepted or published runs are exported: a candidate, rejected or
+collecting run is refused, and held (quarantined partition) or invalid observations are never
+included (guarantee 6). Rows come from a server-side cursor (`QuerySet.iterator`; a named cursor
+on PostgreSQL, read inside a transaction so it is not a WITH HOLD cursor that would be
+materialised first) in observation-id order, and are yielded in chunks of about 64 KB.
+
+CSV: provenance columns, then the dataset's fields in a stable order (sorted by name: the spec
+is stored as jsonb, which does not keep key order). A cell that a spreadsheet would run as a
+formula (starting with =, +, -, @, tab or CR) gets a leading apostrophe.
+JSONL: one object per line with the provenance keys and the payload as stored.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
+from recovery.models import Observation, Run, RunPartition
+from recovery.states.run import AVAILABLE
+
+FORMATS = ("csv", "jsonl")
+PROVENANCE = (
+    "observation_key",
+    "entity_key",
+    "window",
+    "partition",
+    "source_task_key",
+    "scraper_version",
+    "version",
+)
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+CHUNK_ROWS = 2000
+FLUSH_BYTES = 64 * 1024
+
+
+class ExportError(ValueError):
+    """An export that cannot be made (unknown run, run not accepted, unknown format)."""
+
+
+def neutralise(cell: str) -> str:
+    """Spreadsheet-formula neutralisation (OWASP CSV injection): prefix an apostrophe."""
+    return "'" + cell if cell.startswith(FORMULA_PREFIXES) else cell
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def columns(run: Run) -> list[str]:
+    """Provenance columns, then every field of the dataset's page types, sorted by name."""
+    fields = {
+        name
+        for page_type in (run.dataset.spec or {}).get("page_types", {}).values()
+        for name in page_type.get("fields", {})
+    }
+    return [*PROVENANCE, *sorted(fields)]
+
+
+def current_run(dataset_name: str) -> Run | None:
+    """The dataset's current run: the newest accepted or published one. A run in progress or
+    rejected never replaces it (guarantee 9)."""
+    return (
+        Run.objects.filter(dataset__name=dataset_name, acceptance_state__in=AVAILABLE)
+        .select_related("dataset")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+def exportable(run_id: int) -> Run:
+    run = Run.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None:
+        raise ExportError(f"run {run_id} does not exist")
+    if run.acceptance_state not in AVAILABLE:
+        raise ExportError(
+            f"run {run_id} is {run.acceptance_state}; only accepted or published runs export"
+        )
+    return run
+
+
+def rows_queryset(run: Run):
+    """The exported observations: valid, and outside any quarantined partition."""
+    held = RunPartition.objects.filter(run=run, quarantined=True).values("name")
+    return (
+        Observation.objects.filter(run=run, validation_state=Observation.Validation.VALID)
+        .exclude(partition__in=held)
+        .order_by("pk")
+    )
+
+
+def filename(run: Run, fmt: str) -> str:
+    safe_window = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in run.window)
+    return f"{run.dataset.name}-{safe_window}-run{run.pk}.{fmt}"
+
+
+def stream(run_id: int, fmt: str) -> Iterator[str]:
+    """The export of a run as text chunks. Bad input raises ExportError before any output."""
+    if fmt not in FORMATS:
+        raise ExportError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    run = exportable(run_id)
+    return _csv(run) if fmt == "csv" else _jsonl(run)
+
+
+def _cursor_scope():
+    # PostgreSQL: inside a transaction the named cursor streams straight from the scan.
+    # SQLite: no transaction (ours are BEGIN IMMEDIATE, which would block every writer).
+    return transaction.atomic() if connection.vendor == "postgresql" else nullcontext()
+
+
+def _rows(run: Run, *fields: str, **annotations):
+    qs = rows_queryset(run)
+    if annotations:
+        qs = qs.annotate(**annotations)
+    return qs.values_list(*fields).iterator(chunk_size=CHUNK_ROWS)
+
+
+def _csv(run: Run) -> Iterator[str]:
+    header = columns(run)
+    fields = header[len(PROVENANCE) :]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow([neutralise(c) for c in header])
+    loads = json.loads
+    with _cursor_scope():
+        rows = _rows(
+            run,
+            "observation_key",
+            "entity_key",
+            "window",
+            "partition",
+            "source_task__task_key",
+            "scraper_version",
+            "version",
+            "payload_text",
+            payload_text=Cast("payload", TextField()),
+        )
+        for *prov, payload_text in rows:
+            payload = loads(payload_text) if payload_text else {}
+            if not isinstance(payload, dict):
+                payload = {}
+            cells = [_cell(v) for v in prov]
+            cells.extend(_cell(payload.get(f)) for f in fields)
+            writer.writerow([neutralise(c) for c in cells])
+            if buffer.tell() >= FLUSH_BYTES:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+    yield buffer.getvalue()
+
+
+def _jsonl(run: Run) -> Iterator[str]:
+    dumps = json.dumps
+    parts: list[str] = []
+    size = 0
+    with _cursor_scope():
+        rows = _rows(
+            run,
+            "observation_key",
+            "entity_key",
+            "window",
+            "partition",
+            "source_task__task_key",
+            "scraper_version",
+            "version",
+            "payload_text",
+            payload_text=Cast("payload", TextField()),
+        )
+        for key, entity, window, partition, task_key, version_s, version, payload_text in rows:
+            # The payload is spliced in as the database renders it (valid JSON text), which
+            # saves a decode and re-encode per row.
+            line = (
+                dumps(
+                    {
+                        "observation_key": key,
+                        "entity_key": entity,
+                        "window": window,
+                        "partition": partition,
+                        "source_task_key": task_key,
+                        "scraper_version": version_s,
+                        "version": version,
+                    },
+                    ensure_ascii=False,
+                )[:-1]
+                + ', "payload": '
+                + (payload_text or "null")
+                + "}\n"
+            )
+            parts.append(line)
+            size += len(line)
+            if size >= FLUSH_BYTES:
+                yield "".join(parts)
+                parts, size = [], 0
+    yield "".join(parts)

@@ -1,0 +1,368 @@
+"""The transactional outbox: events written with the change they announce, delivered later.
+
+Delivery states (recovery.states.delivery): unsent -> sending -> delivered; sending -> failed
+(retry with backoff) or sending -> uncertain (the destination may have the write). Every claim
+bumps `attempts`, which doubles as the fencing token: only the sender holding the current
+attempt may record the result, so a sender whose lease expired cannot overwrite a newer one.
+
+Destinations (SALVAGE_DESTINATION):
+- unset or `file:///abs/dir`: a file drop. `<dir>/<event_id>.json` is written to a temporary
+  file and renamed into place, so the file either exists whole or not at all; an existing file
+  means "already delivered" (idempotent).
+- `http(s)://host/path`: `PUT <base>/events/<event_id>` with `Idempotency-Key: <event_id>`;
+  `GET <base>/events/<event_id>` answers whether the key arrived.
+
+A send that fails before anything reached the destination (connection refused, 5xx) is
+`failed`; one that may have reached it (timeout after sending, connection dropped mid-answer) is
+`uncertain`, and the next attempt looks the key up before sending again (seed 002: "the
+importer checks the stable key before repeating the write"). A sender that crashed mid-send
+leaves `sending` with an expired lease; it is treated as uncertain too.
+
+Delivery never reads or writes tasks: repeating it cannot trigger a collection (guarantee 8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery import audit
+from recovery.models import OutboxEvent, Run
+from recovery.states.base import check_move
+from recovery.states.delivery import ALLOWED, DeliveryState
+
+UNSENT = DeliveryState.UNSENT
+SENDING = DeliveryState.SENDING
+DELIVERED = DeliveryState.DELIVERED
+FAILED = DeliveryState.FAILED
+UNCERTAIN = DeliveryState.UNCERTAIN
+
+RETRYABLE = (UNSENT, FAILED, UNCERTAIN)
+
+
+class DeliveryError(ValueError):
+    """A delivery action that cannot be done (unknown event, already delivered, in flight)."""
+
+
+class Uncertain(Exception):
+    """The destination may or may not have stored the write."""
+
+
+class Failed(Exception):
+    """The destination certainly did not store the write."""
+
+
+def _setting(name: str, default: Any) -> Any:
+    return getattr(settings, name, default)
+
+
+def _crash_point(name: str) -> None:
+    """Crash-test seam (same switch as recovery.faults): SIGKILL here when armed."""
+    if os.environ.get("SALVAGE_FAULT_POINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --- destinations ---------------------------------------------------------------------------
+
+
+class Destination(Protocol):
+    label: str
+
+    def send(self, event_id: str, body: bytes) -> str: ...
+
+    def lookup(self, event_id: str) -> bool: ...
+
+
+@dataclass
+class FileDrop:
+    directory: Path
+
+    @property
+    def label(self) -> str:
+        return f"file://{self.directory}"
+
+    def path(self, event_id: str) -> Path:
+        return self.directory / f"{event_id}.json"
+
+    def send(self, event_id: str, body: bytes) -> str:
+        target = self.path(event_id)
+        if target.exists():
+            return "already present"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{event_id}.", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(body)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)  # atomic: readers see the whole file or none
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return "written"
+
+    def lookup(self, event_id: str) -> bool:
+        return self.path(event_id).exists()
+
+
+@dataclass
+class HttpDestination:
+    base_url: str
+    timeout: float
+
+    @property
+    def label(self) -> str:
+        return self.base_url
+
+    def _url(self, event_id: str) -> str:
+        return f"{self.base_url.rstrip('/')}/events/{event_id}"
+
+    def send(self, event_id: str, body: bytes) -> str:
+        # The destination is configured by the operator, not named by a manifest, so it is not
+        # subject to the target allow-list; it still gets a hard timeout.
+        headers = {"Idempotency-Key": event_id, "Content-Type": "application/json"}
+        try:
+            with httpx.Client(timeout=self.timeout) as client:
+                response = client.put(self._url(event_id), content=body, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise Failed(f"not sent: {type(exc).__name__}: {exc}") from None
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            # The request went out; whether the destination stored it is unknown.
+            raise Uncertain(f"{type(exc).__name__} after sending: {exc}") from None
+        if response.status_code >= 500:
+            raise Failed(f"HTTP {response.status_code}")
+        if response.status_code >= 400:
+            raise Failed(f"HTTP {response.status_code}: {response.text[:200]}")
+        return f"HTTP {response.status_code}"
+
+    def lookup(self, event_id: str) -> bool:
+        try:
+            with httpx.Client(timeout=self.timeout) as client:
+                response = client.get(self._url(event_id))
+        except httpx.HTTPError as exc:
+            raise Uncertain(f"lookup failed: {type(exc).__name__}: {exc}") from None
+        if response.status_code == 200:
+            return True
+        if response.status_code == 404:
+            return False
+        raise Uncertain(f"lookup answered HTTP {response.status_code}")
+
+
+def destination_for(label: str = "") -> Destination:
+    """The destination named by `label` (an event's), else SALVAGE_DESTINATION, else the
+    default file drop under the data directory."""
+    label = label or _setting("SALVAGE_DESTINATION", "")
+    if not label:
+        return FileDrop(Path(settings.DATA_DIR) / "outbox")
+    parts = urlsplit(label)
+    if parts.scheme == "file":
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise DeliveryError(f"destination {label!r}: file:/// needs an absolute path")
+        return FileDrop(Path(path))
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return HttpDestination(label, float(_setting("SALVAGE_DELIVERY_TIMEOUT", 10.0)))
+    raise DeliveryError(f"destination {label!r} is not file:///abs/dir or an http(s) URL")
+
+
+# --- writing events --------------------------------------------------------------------------
+
+
+def enqueue(run: Run | None, kind: str, payload: dict[str, Any]) -> OutboxEvent:
+    """Write an event in the caller's transaction; a wake-up follows the COMMIT."""
+    label = destination_for().label
+    event = OutboxEvent.objects.create(run=run, event_type=kind, payload=payload, destination=label)
+    transaction.on_commit(lambda: wake(event.pk))
+    return event
+
+
+def wake(event_id: Any = None) -> None:
+    """Ask a django-q2 worker to deliver now. Best effort: `deliver_due` finds it anyway."""
+    if not _setting("SALVAGE_OUTBOX_WAKE", True):
+        return
+    try:
+        from django_q.tasks import async_task
+
+        async_task("recovery.outbox_tasks.deliver_due", q_options={"group": "outbox"})
+    except Exception:  # a broker hiccup must not fail the accepted change; the sweep retries
+        return
+
+
+def document(event: OutboxEvent) -> bytes:
+    """The body sent for an event (the same bytes on every attempt)."""
+    run = event.run
+    doc = {
+        "event_id": str(event.pk),
+        "event_type": event.event_type,
+        "run": event.run_id,
+        "dataset": run.dataset.name if run else None,
+        "window": run.window if run else None,
+        "created_at": event.created_at.isoformat(),
+        "payload": event.payload,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+# --- delivering ------------------------------------------------------------------------------
+
+
+def backoff_seconds(attempts: int) -> float:
+    """Full jitter: random(0, min(cap, base * 2^attempts))."""
+    base = float(_setting("SALVAGE_DELIVERY_BACKOFF_BASE", 2.0))
+    cap = float(_setting("SALVAGE_DELIVERY_BACKOFF_CAP", 600.0))
+    return random.uniform(0, min(cap, base * 2 ** max(0, attempts - 1)))
+
+
+def _due_filter(now):
+    return Q(state__in=RETRYABLE, next_attempt_at__lte=now) | Q(state=SENDING, lease_until__lt=now)
+
+
+def has_due(now=None) -> bool:
+    return OutboxEvent.objects.filter(_due_filter(now or timezone.now())).exists()
+
+
+def _claim(pk, source: str, attempts: int, now) -> bool:
+    """source -> sending, fenced on the attempt counter; True if this caller won."""
+    check_move("delivery", ALLOWED, [source], SENDING)
+    lease = int(_setting("SALVAGE_DELIVERY_LEASE_SECONDS", 60))
+    filters: dict[str, Any] = {"pk": pk, "state": source, "attempts": attempts}
+    if source == SENDING:
+        filters["lease_until__lt"] = now
+    return bool(
+        OutboxEvent.objects.filter(**filters).update(
+            state=SENDING, attempts=attempts + 1, lease_until=now + timedelta(seconds=lease)
+        )
+    )
+
+
+def _finish(pk, attempt: int, target: str, **fields) -> bool:
+    """sending -> target, only for the sender holding `attempt` (fencing)."""
+    check_move("delivery", ALLOWED, [SENDING], target)
+    return bool(
+        OutboxEvent.objects.filter(pk=pk, state=SENDING, attempts=attempt).update(
+            state=target, lease_until=None, **fields
+        )
+    )
+
+
+def deliver_one(event_id: Any, *, now=None) -> str:
+    """Claim one due event and deliver it. Returns the resulting state, or "" if not claimed."""
+    now = now or timezone.now()
+    event = OutboxEvent.objects.select_related("run__dataset").filter(pk=event_id).first()
+    if event is None:
+        return ""
+    source, attempts = event.state, event.attempts
+    if source == SENDING and not (event.lease_until and event.lease_until < now):
+        return ""
+    if source == DELIVERED or not _claim(event.pk, source, attempts, now):
+        return ""
+    attempt = attempts + 1
+    # A previous attempt may have reached the destination: ask before writing again.
+    check_first = source in (UNCERTAIN, SENDING)
+    try:
+        destination = destination_for(event.destination)
+        if check_first and destination.lookup(str(event.pk)):
+            _finish(event.pk, attempt, DELIVERED, delivered_at=timezone.now(), last_error="")
+            return DELIVERED
+        destination.send(str(event.pk), document(event))
+    except Uncertain as exc:
+        delay = backoff_seconds(attempt)
+        _finish(
+            event.pk,
+            attempt,
+            UNCERTAIN,
+            last_error=str(exc)[:2000],
+            next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        )
+        return UNCERTAIN
+    except Exception as exc:  # Failed, DeliveryError, OSError: nothing stored
+        delay = backoff_seconds(attempt)
+        _finish(
+            event.pk,
+            attempt,
+            FAILED,
+            last_error=f"{type(exc).__name__}: {exc}"[:2000],
+            next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        )
+        return FAILED
+    _crash_point("outbox_after_send")
+    _finish(event.pk, attempt, DELIVERED, delivered_at=timezone.now(), last_error="")
+    return DELIVERED
+
+
+def deliver_due(limit: int = 50, *, now=None) -> int:
+    """One step: deliver up to `limit` due events; returns how many were attempted."""
+    now = now or timezone.now()
+    ids = list(
+        OutboxEvent.objects.filter(_due_filter(now))
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(1 for pk in ids if deliver_one(pk, now=now))
+
+
+# --- operator actions (dashboard and commands) ----------------------------------------------
+
+
+def _event(event_id: Any) -> OutboxEvent:
+    try:
+        pk = uuid.UUID(str(event_id))
+    except ValueError:
+        raise DeliveryError(f"event {event_id!r} is not a valid event id") from None
+    event = OutboxEvent.objects.filter(pk=pk).first()
+    if event is None:
+        raise DeliveryError(f"event {event_id} does not exist")
+    return event
+
+
+def retry_delivery(event_id: Any, actor: str) -> OutboxEvent:
+    """Make a failed, uncertain or unsent event due now (an uncertain one is looked up first)."""
+    with transaction.atomic():
+        event = _event(event_id)
+        if event.state == DELIVERED:
+            raise DeliveryError(f"event {event.pk} was already delivered")
+        now = timezone.now()
+        if event.state == SENDING and event.lease_until and event.lease_until >= now:
+            raise DeliveryError(f"event {event.pk} is being delivered right now")
+        OutboxEvent.objects.filter(pk=event.pk, state=event.state).update(next_attempt_at=now)
+        audit.record(actor, "retry_delivery", event, "", state=event.state)
+        transaction.on_commit(lambda: wake(event.pk))
+    event.refresh_from_db()
+    return event
+
+
+def lookup_delivery(event_id: Any, actor: str) -> dict[str, Any]:
+    """Ask the destination whether the event arrived; if it did, record it as delivered."""
+    event = _event(event_id)
+    try:
+        found = destination_for(event.destination).lookup(str(event.pk))
+        error = ""
+    except Uncertain as exc:
+        found, error = None, str(exc)
+    marked = False
+    with transaction.atomic():
+        event = _event(event_id)
+        if found and event.state in RETRYABLE:
+            now = timezone.now()
+            if _claim(event.pk, event.state, event.attempts, now):
+                marked = _finish(
+                    event.pk, event.attempts + 1, DELIVERED, delivered_at=now, last_error=""
+                )
+        audit.record(actor, "lookup_delivery", event, "", found=found, marked=marked, error=error)
+    event.refresh_from_db()
+    return {"event": str(event.pk), "found": found, "state": event.state, "error": error}

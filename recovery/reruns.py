@@ -1,0 +1,228 @@
+"""Recovery batches: rerun only the affected scope (seed 002, "Rerun only the affected scope").
+
+1. The run's manifest is frozen (its hash is recorded on the batch) and the last accepted
+   dataset is retained: an accepted or published run stays available while the batch runs.
+2. Tasks are selected by partition, page type, error class or failed validation rule (AND
+   across kinds, OR within a kind); only terminal tasks are selected.
+3. The reason and the new scraper version are recorded on the batch.
+4. The batch lives under the original run; its task keys are the original ones.
+5. `states.task.reset_for_batch` resets exactly those tasks: new attempts get new ids and link
+   to the batch (the engine copies task.recovery_batch onto each Attempt).
+6. Observations are upserted by their original keys (the engine's commit), and a value of a
+   published run becomes a versioned correction (recovery.corrections).
+7. When every task of the batch is terminal, the repaired partitions are re-marked and the whole
+   run re-evaluated; the batch is completed.
+8. A reopened run becomes a candidate again and is promoted only after acceptance passes.
+
+Guarantee 7: the observations of the partitions the batch does not touch are hashed when the
+batch is created (`partition_hashes_before`); `untouched_unchanged(batch)` recomputes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery import audit, validation
+from recovery.models import Observation, RecoveryBatch, Run, Task, ValidationResult
+from recovery.states import run as run_states
+from recovery.states.run import RunState
+from recovery.states.task import TERMINAL, reset_for_batch
+
+REOPENABLE = (RunState.CANDIDATE, RunState.REJECTED)
+
+
+class RerunError(ValueError):
+    """A recovery batch that cannot be created (unknown run, empty selection, no reason...)."""
+
+
+def partition_hash(run_id: int, partition: str) -> str:
+    """SHA-256 over a partition's observations (key, payload hash, version, validation state),
+    in key order: equal hashes mean the partition's accepted data did not change."""
+    h = hashlib.sha256()
+    rows = (
+        Observation.objects.filter(run_id=run_id, partition=partition)
+        .order_by("observation_key")
+        .values_list("observation_key", "payload_hash", "version", "validation_state")
+        .iterator(chunk_size=2000)
+    )
+    for key, payload_hash, version, state in rows:
+        h.update(f"{key}\x1f{payload_hash}\x1f{version}\x1f{state}\x1e".encode())
+    return h.hexdigest()
+
+
+def partition_hashes(run_id: int, partitions: Iterable[str]) -> dict[str, str]:
+    return {p: partition_hash(run_id, p) for p in sorted(partitions)}
+
+
+def _clean(values: Sequence[str] | None, what: str) -> list[str]:
+    out = []
+    for value in values or ():
+        if not isinstance(value, str) or not value.strip():
+            raise RerunError(f"{what}: empty value")
+        out.append(value.strip())
+    return out
+
+
+def create_recovery_batch(
+    run_id: int,
+    *,
+    partitions: Sequence[str] = (),
+    page_types: Sequence[str] = (),
+    error_classes: Sequence[str] = (),
+    rules: Sequence[str] = (),
+    reason: str,
+    scraper_version: str,
+    actor: str,
+) -> RecoveryBatch:
+    """Create a recovery batch for the selected terminal tasks of a run and reset them."""
+    partitions = _clean(partitions, "partition")
+    page_types = _clean(page_types, "page type")
+    error_classes = _clean(error_classes, "error class")
+    rules = _clean(rules, "rule")
+    reason = (reason or "").strip()
+    scraper_version = (scraper_version or "").strip()
+    if not (partitions or page_types or error_classes or rules):
+        raise RerunError("select tasks by partition, page type, error class or rule")
+    if not reason:
+        raise RerunError("a recovery batch needs a reason")
+    if not scraper_version:
+        raise RerunError("a recovery batch records the repaired scraper version")
+    if len(scraper_version) > 64:
+        raise RerunError("scraper version: at most 64 characters")
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("dataset").filter(pk=run_id).first()
+        if run is None:
+            raise RerunError(f"run {run_id} does not exist")
+        query = Q(run_id=run.pk, state__in=TERMINAL)
+        if partitions:
+            known = set(
+                Task.objects.filter(run_id=run.pk, partition__in=partitions)
+                .order_by()
+                .values_list("partition", flat=True)
+                .distinct()
+            )
+            unknown = sorted(set(partitions) - known)
+            if unknown:
+                raise RerunError(f"partition {unknown[0]!r} is not in run {run.pk}")
+            query &= Q(partition__in=partitions)
+        if page_types:
+            query &= Q(page_type__in=page_types)
+        if error_classes:
+            query &= Q(last_error_class__in=error_classes)
+        if rules:
+            spec_rules = {r["name"] for r in run.dataset.spec.get("rules", [])}
+            for rule in rules:
+                if rule not in spec_rules:
+                    raise RerunError(f"rule {rule!r} is not a rule of dataset {run.dataset.name}")
+            failing = set(
+                ValidationResult.objects.filter(run_id=run.pk, rule__in=rules, passed=False)
+                .exclude(partition="")
+                .values_list("partition", flat=True)
+            )
+            if not failing:
+                raise RerunError(f"rule {', '.join(rules)}: no partition of run {run.pk} fails it")
+            query &= Q(partition__in=failing)
+        selected = list(Task.objects.filter(query).order_by().values_list("pk", "partition"))
+        if not selected:
+            raise RerunError(f"no terminal task of run {run.pk} matches the selection")
+        touched = {p for _pk, p in selected}
+        all_partitions = set(
+            Observation.objects.filter(run_id=run.pk)
+            .order_by()
+            .values_list("partition", flat=True)
+            .distinct()
+        )
+
+        # Step 1: freeze the manifest (the run's task set is what the batch reruns).
+        now = timezone.now()
+        if run.manifest_frozen_at is None:
+            Run.objects.filter(pk=run.pk, manifest_frozen_at=None).update(manifest_frozen_at=now)
+        batch = RecoveryBatch.objects.create(
+            run=run,
+            selection={
+                "partitions": partitions,
+                "page_types": page_types,
+                "error_classes": error_classes,
+                "rules": rules,
+                "touched_partitions": sorted(touched),
+            },
+            reason=reason,
+            scraper_version=scraper_version,
+            created_by=actor,
+            task_count=len(selected),
+            manifest_sha256=run.manifest_sha256,
+            partition_hashes_before=partition_hashes(run.pk, all_partitions - touched),
+        )
+        moved = reset_for_batch(run.pk, [pk for pk, _p in selected], batch.pk)
+        if moved != len(selected):  # a task moved under us despite the lock: do nothing
+            raise RerunError("the selected tasks changed meanwhile; try again")
+        reopened = False
+        if run.acceptance_state in REOPENABLE:
+            reopened = run_states.move(
+                run.pk,
+                run.acceptance_state,
+                RunState.COLLECTING,
+                state_reason=f"recovery batch {batch.pk}: {reason}",
+            )
+        audit.record(
+            actor,
+            "create_recovery_batch",
+            batch,
+            reason,
+            run=run.pk,
+            tasks=len(selected),
+            selection=batch.selection,
+            scraper_version=scraper_version,
+            reopened=reopened,
+        )
+    return batch
+
+
+def untouched_unchanged(batch: RecoveryBatch) -> dict[str, bool]:
+    """{partition: True if its observations hash as they did when the batch was created}."""
+    now = partition_hashes(batch.run_id, batch.partition_hashes_before)
+    return {p: now[p] == before for p, before in batch.partition_hashes_before.items()}
+
+
+def complete_batch(batch_id: int) -> bool:
+    """Revalidate and complete a batch whose tasks are all terminal; True if it completed."""
+    with transaction.atomic():
+        batch = RecoveryBatch.objects.select_for_update().filter(pk=batch_id).first()
+        if batch is None or batch.state != RecoveryBatch.State.RUNNING:
+            return False
+        if Task.objects.filter(recovery_batch_id=batch.pk).exclude(state__in=TERMINAL).exists():
+            return False
+        touched = set(batch.selection.get("touched_partitions", []))
+        # Step 7: re-mark the repaired partitions, recompute the run-level checks.
+        result = validation.evaluate(batch.run_id, mark=touched)
+        RecoveryBatch.objects.filter(pk=batch.pk, state=RecoveryBatch.State.RUNNING).update(
+            state=RecoveryBatch.State.COMPLETED, completed_at=timezone.now()
+        )
+        unchanged = untouched_unchanged(batch)
+        audit.record(
+            "system",
+            "complete_recovery_batch",
+            batch,
+            "all batch tasks terminal",
+            run=batch.run_id,
+            passed=result.passed,
+            failures=result.failures,
+            released=result.released,
+            quarantined=result.quarantined,
+            untouched_unchanged=all(unchanged.values()),
+        )
+    return True
+
+
+def complete_ready_batches() -> int:
+    """Complete every running batch whose tasks are terminal; returns how many completed."""
+    running = list(
+        RecoveryBatch.objects.filter(state=RecoveryBatch.State.RUNNING).values_list("pk", flat=True)
+    )
+    return sum(1 for pk in running if complete_batch(pk))

@@ -1,0 +1,401 @@
+"""Validation rules of a dataset spec (docs/spec-format.md, `[[rules]]`), per run and partition.
+
+What a rule decides:
+- Value rules (`range`, `pattern`) and required fields say whether one observation is valid.
+  An observation that fails one is marked `invalid` and is left out of the candidate.
+- `partition_invalid_share` holds a whole partition (e.g. one retailer) out of the candidate
+  when its share of invalid values of a field is above `max`: the RunPartition is quarantined
+  and its observations are marked `held`. Guarantee 6: held and invalid observations are never
+  exported or published.
+- `coverage` (valid observations / logical extracting tasks), `required` (share of complete
+  observations) and `outcome_ratio` (share of terminal tasks in one outcome) are run-level
+  gates: each must reach its `min`.
+- A value rule passes at run level when the invalid share among the non-held observations is
+  within the tolerance of the partition rule on the same field (its `max`), or zero when the
+  field has no partition rule.
+
+Every rule's latest result is stored in ValidationResult for the run (partition "") and for each
+partition, so the dashboard shows where a run fails. Validation never changes a task's state: a
+quality failure is the dataset's problem, not the execution's (seed 002).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from recovery import counters
+from recovery.models import Observation, Run, RunPartition, Task, ValidationResult
+from recovery.states.task import TERMINAL
+
+VALID = Observation.Validation.VALID
+INVALID = Observation.Validation.INVALID
+HELD = Observation.Validation.HELD
+
+# RunPartition.quarantine_reason prefix for quarantines made here; only those are lifted by a
+# later evaluation (an operator's or the engine's quarantine is left alone).
+RULE_REASON_PREFIX = "rule "
+
+_CHUNK = 500
+
+
+@dataclass
+class Evaluation:
+    """The outcome of evaluating a run's rules."""
+
+    run_id: int
+    passed: bool
+    failures: list[str] = field(default_factory=list)  # "rule: value < threshold" lines
+    quarantined: list[str] = field(default_factory=list)  # partitions held out
+    released: list[str] = field(default_factory=list)  # partitions no longer held
+    counts: dict[str, int] = field(default_factory=dict)  # observations by validation state
+
+
+@dataclass
+class _Tally:
+    total: int = 0
+    fails: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # rule -> failures
+    field_invalid: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    complete: int = 0
+    valid: int = 0  # observations that pass every value rule and have every required field
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _check_value(rule: dict[str, Any], value: Any, pattern: re.Pattern | None) -> bool:
+    """True when `value` satisfies a value rule. A missing value is the `required` rule's
+    business, so it passes here (but counts as invalid for a partition rule on its field)."""
+    if _empty(value):
+        return True
+    if rule["kind"] == "range":
+        number = _number(value)
+        if number is None:
+            return False
+        if "min" in rule and number < rule["min"]:
+            return False
+        return not ("max" in rule and number > rule["max"])
+    if rule["kind"] == "pattern":
+        return bool(pattern and pattern.search(str(value)))
+    return True
+
+
+def required_fields(spec: dict[str, Any]) -> dict[str, list[str]]:
+    """{page type: [required field names]}."""
+    return {
+        name: [f for f, fs in pt.get("fields", {}).items() if fs.get("required")]
+        for name, pt in spec.get("page_types", {}).items()
+    }
+
+
+def extracting_page_types(spec: dict[str, Any]) -> list[str]:
+    return [name for name, pt in spec.get("page_types", {}).items() if pt.get("fields")]
+
+
+def evaluate(run_id: int, *, mark: set[str] | None = None) -> Evaluation:
+    """Evaluate a run's rules, store the results, mark observations, hold partitions.
+
+    `mark` limits which partitions' observation states and quarantine flags are rewritten (a
+    recovery batch re-marks only the repaired partitions; guarantee 7 keeps the others as they
+    were); None re-marks every partition. Run-level results always cover the whole run.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_related("dataset").select_for_update().get(pk=run_id)
+        return _evaluate(run, mark)
+
+
+def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
+    spec = run.dataset.spec or {}
+    rules: list[dict[str, Any]] = list(spec.get("rules", []))
+    value_rules = [r for r in rules if r["kind"] in ("range", "pattern")]
+    patterns = {r["name"]: re.compile(r["pattern"]) for r in value_rules if r.get("pattern")}
+    partition_rules = [r for r in rules if r["kind"] == "partition_invalid_share"]
+    tolerance = {r["field"]: r["max"] for r in partition_rules}
+    required = required_fields(spec)
+    watched_fields = {r["field"] for r in partition_rules}
+
+    def marked(partition: str) -> bool:
+        return mark is None or partition in mark
+
+    if mark is not None:
+        # Observations nobody has judged yet (new or re-upserted) are always marked.
+        mark = set(mark) | set(
+            Observation.objects.filter(run=run, validation_state=Observation.Validation.PENDING)
+            .order_by()
+            .values_list("partition", flat=True)
+            .distinct()
+        )
+    held_before = set(
+        RunPartition.objects.filter(run=run, quarantined=True).values_list("name", flat=True)
+    )
+
+    # One pass over the run's observations: each one's verdict, tallied per partition.
+    tallies: dict[str, _Tally] = defaultdict(_Tally)
+    verdicts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    rows = (
+        Observation.objects.filter(run=run)
+        .order_by()
+        .values_list("pk", "partition", "payload", "source_task__page_type")
+        .iterator(chunk_size=2000)
+    )
+    for pk, partition, payload, page_type in rows:
+        payload = payload if isinstance(payload, dict) else {}
+        tally = tallies[partition]
+        tally.total += 1
+        ok = True
+        bad_fields: set[str] = set()
+        for rule in value_rules:
+            if not _check_value(rule, payload.get(rule["field"]), patterns.get(rule["name"])):
+                tally.fails[rule["name"]] += 1
+                bad_fields.add(rule["field"])
+                ok = False
+        missing = [f for f in required.get(page_type, []) if _empty(payload.get(f))]
+        if missing:
+            ok = False
+        else:
+            tally.complete += 1
+        for watched in watched_fields:
+            if watched in bad_fields or _empty(payload.get(watched)):
+                tally.field_invalid[watched] += 1
+        if ok:
+            tally.valid += 1
+        if marked(partition):
+            verdicts[partition][VALID if ok else INVALID].append(pk)
+
+    now = timezone.now()
+    results: list[tuple[str, str, bool, float | None, float | None, dict]] = []
+
+    # Partition rules first: they decide which partitions are held out of the candidate.
+    held = {p for p in held_before if mark is not None and p not in mark}
+    quarantined: list[str] = []
+    released: list[str] = []
+    rule_holds: dict[str, list[str]] = defaultdict(list)
+    for rule in partition_rules:
+        worst = 0.0
+        for partition, tally in tallies.items():
+            share = tally.field_invalid[rule["field"]] / tally.total if tally.total else 0.0
+            worst = max(worst, share)
+            over = share > rule["max"]
+            if over and marked(partition):
+                rule_holds[partition].append(f"{rule['name']}: {share:.1%} > {rule['max']:.1%}")
+            results.append(
+                (
+                    rule["name"],
+                    partition,
+                    not over,
+                    share,
+                    rule["max"],
+                    {"invalid": tally.field_invalid[rule["field"]], "total": tally.total},
+                )
+            )
+        results.append((rule["name"], "", True, worst, rule["max"], {"held": []}))
+    for partition in sorted(p for p in tallies if marked(p)):
+        if rule_holds.get(partition):
+            held.add(partition)
+            reason = RULE_REASON_PREFIX + "; ".join(rule_holds[partition])
+            row, _ = RunPartition.objects.get_or_create(run=run, name=partition)
+            if not row.quarantined or row.quarantine_reason != reason:
+                RunPartition.objects.filter(pk=row.pk).update(
+                    quarantined=True, quarantine_reason=reason
+                )
+            if partition not in held_before:
+                quarantined.append(partition)
+        elif partition in held_before:
+            lifted = RunPartition.objects.filter(
+                run=run, name=partition, quarantine_reason__startswith=RULE_REASON_PREFIX
+            ).update(quarantined=False, quarantine_reason="")
+            if lifted:
+                released.append(partition)
+            else:
+                held.add(partition)  # quarantined by someone else: stays held
+    # A partition held before and not re-marked keeps its hold.
+    held |= {p for p in held_before if not marked(p)}
+    for i, res in enumerate(results):
+        if res[0] in {r["name"] for r in partition_rules} and res[1] == "":
+            results[i] = (*res[:5], {"held": sorted(held)})
+
+    # Write observation states for the re-marked partitions (only rows that change, so an
+    # untouched row keeps its updated_at and its hash).
+    for partition, by_state in verdicts.items():
+        for state, ids in by_state.items():
+            target = HELD if partition in held else state
+            for start in range(0, len(ids), _CHUNK):
+                Observation.objects.filter(pk__in=ids[start : start + _CHUNK]).exclude(
+                    validation_state=target
+                ).update(validation_state=target)
+
+    # Run-level aggregates over the non-held partitions.
+    live = {p: t for p, t in tallies.items() if p not in held}
+    live_total = sum(t.total for t in live.values())
+    for rule in value_rules:
+        fails = sum(t.fails[rule["name"]] for t in live.values())
+        share = fails / live_total if live_total else 0.0
+        limit = tolerance.get(rule["field"], 0.0)
+        results.append((rule["name"], "", share <= limit, share, limit, {"invalid": fails}))
+        for partition, tally in tallies.items():
+            pshare = tally.fails[rule["name"]] / tally.total if tally.total else 0.0
+            results.append(
+                (
+                    rule["name"],
+                    partition,
+                    pshare <= limit,
+                    pshare,
+                    limit,
+                    {"invalid": tally.fails[rule["name"]]},
+                )
+            )
+
+    grid = counters.by_partition(run.pk)
+    extracting = extracting_page_types(spec)
+    all_extracting = set(extracting) >= set(spec.get("page_types", {}))
+    if all_extracting:
+        tasks_by_partition = {p: sum(s.values()) for p, s in grid.items()}
+    else:
+        tasks_by_partition = dict(
+            Task.objects.filter(run=run, page_type__in=extracting)
+            .order_by()
+            .values_list("partition")
+            .annotate(n=_count())
+            .values_list("partition", "n")
+        )
+    total_tasks = sum(tasks_by_partition.values())
+    for rule in rules:
+        kind = rule["kind"]
+        if kind == "coverage":
+            valid = sum(t.valid for t in live.values())
+            value = valid / total_tasks if total_tasks else 0.0
+            results.append(
+                (
+                    rule["name"],
+                    "",
+                    value >= rule["min"],
+                    value,
+                    rule["min"],
+                    {"valid": valid, "tasks": total_tasks},
+                )
+            )
+            for partition, n_tasks in tasks_by_partition.items():
+                pvalid = (
+                    0
+                    if partition in held
+                    else tallies[partition].valid
+                    if partition in tallies
+                    else 0
+                )
+                pvalue = pvalid / n_tasks if n_tasks else 0.0
+                results.append(
+                    (
+                        rule["name"],
+                        partition,
+                        pvalue >= rule["min"],
+                        pvalue,
+                        rule["min"],
+                        {"valid": pvalid, "tasks": n_tasks},
+                    )
+                )
+        elif kind == "required":
+            complete = sum(t.complete for t in live.values())
+            value = complete / live_total if live_total else 0.0
+            results.append(
+                (
+                    rule["name"],
+                    "",
+                    value >= rule["min"],
+                    value,
+                    rule["min"],
+                    {"complete": complete, "total": live_total},
+                )
+            )
+            for partition, tally in tallies.items():
+                pvalue = tally.complete / tally.total if tally.total else 0.0
+                results.append(
+                    (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                )
+        elif kind == "outcome_ratio":
+            terminal = outcome = 0
+            for partition, states in grid.items():
+                pterminal = sum(n for s, n in states.items() if s in TERMINAL)
+                poutcome = states.get(rule["outcome"], 0)
+                terminal += pterminal
+                outcome += poutcome
+                pvalue = poutcome / pterminal if pterminal else 0.0
+                results.append(
+                    (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                )
+            value = outcome / terminal if terminal else 0.0
+            results.append(
+                (
+                    rule["name"],
+                    "",
+                    value >= rule["min"],
+                    value,
+                    rule["min"],
+                    {"outcome": outcome, "terminal": terminal},
+                )
+            )
+
+    for rule_name, partition, passed, value, threshold, detail in results:
+        ValidationResult.objects.update_or_create(
+            run=run,
+            rule=rule_name,
+            partition=partition,
+            defaults={
+                "passed": passed,
+                "value": value,
+                "threshold": threshold,
+                "detail": detail,
+                "evaluated_at": now,
+            },
+        )
+
+    failures = [
+        f"{name}: {value:.4g} (threshold {threshold:.4g})"
+        for name, partition, passed, value, threshold, _d in results
+        if partition == "" and not passed
+    ]
+    counts = dict(
+        Observation.objects.filter(run=run)
+        .order_by()
+        .values_list("validation_state")
+        .annotate(n=_count())
+        .values_list("validation_state", "n")
+    )
+    return Evaluation(
+        run_id=run.pk,
+        passed=not failures,
+        failures=failures,
+        quarantined=quarantined,
+        released=released,
+        counts=counts,
+    )
+
+
+def _count():
+    from django.db.models import Count
+
+    return Count("pk")
+
+
+def stored_failures(run_id: int) -> list[str]:
+    """Run-level rules that failed at the last evaluation."""
+    return [
+        f"{r.rule}: {r.value:.4g} (threshold {r.threshold:.4g})"
+        if r.value is not None and r.threshold is not None
+        else r.rule
+        for r in ValidationResult.objects.filter(run_id=run_id, partition="", passed=False)
+    ]
