@@ -7,6 +7,14 @@ import os
 import pytest
 from django.db import connection
 
+# The sandbox shop over real sockets (tests/sandbox_fixtures.py).
+from tests.sandbox_fixtures import (  # noqa: F401
+    _shared_sandbox,
+    make_sandbox,
+    sandbox,
+    sandbox_process,
+)
+
 
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"

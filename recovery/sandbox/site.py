@@ -575,7 +575,6 @@ class Shop:
         response.content_type = "text/html"
         await response.prepare(request)
         await response.write(b"<!doctype html><html><head><title>partial")
-        await response.drain()
         transport = request.transport
         if transport is not None:
             sock = transport.get_extra_info("socket")
