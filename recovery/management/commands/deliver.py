@@ -1,0 +1,44 @@
+"""manage.py deliver [--until-idle]: deliver due outbox events in the foreground."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import outbox
+
+
+class Command(BaseCommand):
+    help = "Deliver due outbox events to SALVAGE_DESTINATION (foreground loop)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--until-idle", action="store_true", help="exit when nothing is due")
+        parser.add_argument("--limit", type=int, default=50, help="events per step")
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="seconds between idle polls"
+        )
+
+    def handle(self, *args, **options) -> None:
+        if options["limit"] < 1:
+            raise CommandError("--limit must be at least 1", returncode=2)
+        if options["interval"] <= 0:
+            raise CommandError("--interval must be positive", returncode=2)
+        stop = threading.Event()
+
+        def request_stop(signum, frame):
+            stop.set()  # the current delivery finishes, then the loop exits 0
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        total = 0
+        while not stop.is_set():
+            done = outbox.deliver_due(options["limit"])
+            total += done
+            if done:
+                continue
+            if options["until_idle"]:
+                break
+            stop.wait(options["interval"])
+        self.stdout.write(f"deliver: {total} delivery attempts")

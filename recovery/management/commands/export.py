@@ -1,0 +1,64 @@
+"""manage.py export RUN --format csv|jsonl [--output FILE]: stream accepted observations.
+
+RUN is a run id, dataset@window, or a dataset name (its current accepted/published run).
+With --output the file appears whole or not at all (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import exports, status
+from recovery.management.commands._accept_cli import refuse
+
+
+class Command(BaseCommand):
+    help = "Export a run's accepted observations as CSV or JSONL."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("run", help="run id, dataset@window, or dataset name (current run)")
+        parser.add_argument("--format", choices=exports.FORMATS, default="csv")
+        parser.add_argument("--output", help="file to write (default: standard output)")
+
+    def handle(self, *args, **options) -> None:
+        ref = options["run"]
+        try:
+            run = status.find_run(ref)
+        except status.RunNotFound:
+            run = exports.current_run(ref) if "@" not in ref and not ref.isdigit() else None
+            if run is None:
+                raise CommandError(
+                    f"RUN {ref!r}: no such run, and no dataset of that name has an accepted run",
+                    returncode=2,
+                ) from None
+        try:
+            chunks = exports.stream(run.pk, options["format"])
+        except exports.ExportError as exc:
+            raise refuse(exc) from None
+        output = options["output"]
+        if not output:
+            out = sys.stdout
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+            return
+        target = Path(output).resolve()
+        if not target.parent.is_dir():
+            raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        size = 0
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                    size += len(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.stdout.write(f"run {run.pk}: wrote {target} ({size} characters)")
