@@ -1,0 +1,822 @@
+"""Claim, heartbeat and fenced commit: the hot path of the engine (seed 002's protocol).
+
+- `claim(worker_id, limit)` takes up to `limit` due tasks in one short transaction: PostgreSQL
+  `UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) RETURNING`, SQLite a
+  `BEGIN IMMEDIATE` transaction. A claim sets next_attempt_at = lease_until, so an expired
+  lease is claimable through the same predicate and index (task_claim_idx): no reaper.
+- `heartbeat(worker_id, claimed)` extends leases still held (owner + token match).
+- `commit_outcomes(worker_id, claimed, outcomes)` writes each task's state, Attempt,
+  observations and discovered children in one transaction, each task fenced by its own token.
+
+Lease expiry is judged by the database clock (statement_timestamp() on PostgreSQL: the
+statement's start, not the enclosing transaction's like now(); strftime('now') on SQLite),
+never by a worker's. The statements are raw SQL: the ORM's per-row overhead was measured to be
+a large share of a batch commit (research/perf-baselines.md). Counter deltas are recorded with
+recovery.counters.record in the same transaction as the moves they count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from recovery import counters, failures, faults, keys
+from recovery.failures import Action
+from recovery.providers.base import ErrorClass, Outcome, TaskInput
+from recovery.states.task import TaskState
+
+log = logging.getLogger(__name__)
+
+# Django stores SQLite datetimes as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'; this is the SQL
+# clock in the same shape (milliseconds), so text comparison orders them correctly.
+# '%%' because Django's SQLite cursor turns '%%' into '%' when parameters are passed.
+_SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+# "Due by now" compares against the end of the current millisecond: rows written by Python
+# carry microseconds, and a task made due "now" must not wait for the next millisecond.
+_SQLITE_DUE = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '999')"
+
+CLAIMABLE_SQL = "('pending', 'retry_wait', 'leased')"
+_CHUNK = 500  # rows per multi-row INSERT (far below both databases' parameter limits)
+
+
+def _pg() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _now_sql() -> str:
+    return "statement_timestamp()" if _pg() else _SQLITE_NOW
+
+
+def _plus_seconds_sql(expr: str) -> str:
+    """SQL for database-now + `expr` seconds (expr is SQL yielding a number)."""
+    if _pg():
+        return f"(statement_timestamp() + make_interval(secs => ({expr})::double precision))"
+    return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || ({expr}) || ' seconds')"
+
+
+def _dt_param(value: datetime | None):
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _dt_result(value) -> datetime | None:
+    if value is None:
+        return None
+    # SQLite hands back naive UTC datetimes (or text, depending on the column's declared type).
+    parsed = value if isinstance(value, datetime) else parse_datetime(value)
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _json_value(value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+def canonical_json(payload: Any) -> str:
+    """The one JSON spelling of a payload that payload_hash is computed over."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _retry_locked(fn, *args, **kwargs):
+    """Run a short write transaction, retrying SQLite's "database is locked".
+
+    The busy timeout (30 s) already queues writers; this only covers the rare give-up under
+    heavy load. Nothing was committed when the error is raised, so a retry is safe.
+    """
+    delay = 0.05
+    for attempt in range(8):
+        try:
+            return fn(*args, **kwargs)
+        except OperationalError as exc:
+            if _pg() or "locked" not in str(exc) or attempt == 7 or connection.in_atomic_block:
+                raise
+            log.warning("database is locked; retrying in %.2fs", delay)
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
+
+
+# --- claim -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Claimed:
+    """One task as this worker holds it: what the provider needs and what the commit fences on."""
+
+    task_id: int
+    task_key: str
+    run_id: int
+    url: str
+    page_type: str
+    partition: str
+    depth: int
+    navigation: dict[str, Any]
+    attempt_count: int
+    lease_token: int
+    previous_state: str
+    first_attempt_at: datetime | None
+    recovery_batch_id: int | None
+    dataset_id: int
+    dataset: str
+    provider: str
+    window: str
+    scraper_version: str
+    lease_seconds: int
+    max_attempts: int
+    max_elapsed_seconds: int
+    # The worker's clock when the claim returned: the Attempt's started_at.
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def task_input(self, spec: dict[str, Any] | None = None) -> TaskInput:
+        return TaskInput(
+            task_id=self.task_id,
+            task_key=self.task_key,
+            run_id=self.run_id,
+            url=self.url,
+            page_type=self.page_type,
+            partition=self.partition,
+            window=self.window,
+            dataset=self.dataset,
+            attempt_count=self.attempt_count,
+            lease_token=self.lease_token,
+            depth=self.depth,
+            navigation=dict(self.navigation),
+            spec=spec or {},
+        )
+
+
+_TASK_COLS = (
+    "t.id, t.task_key, t.run_id, t.url, t.page_type, t.partition, t.depth, t.navigation, "
+    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id"
+)
+
+_PG_CLAIM = f"""
+UPDATE recovery_task AS t SET
+    state = 'leased',
+    lease_owner = %s,
+    lease_until = statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
+    next_attempt_at =
+        statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
+    lease_token = t.lease_token + 1,
+    attempt_count = t.attempt_count + 1,
+    first_attempt_at = COALESCE(t.first_attempt_at, statement_timestamp()),
+    state_changed_at = statement_timestamp()
+FROM (
+    -- task_claim_idx: partial index on the claimable states, ordered like this ORDER BY.
+    -- SKIP LOCKED: concurrent claimers take disjoint rows instead of queueing on each other.
+    SELECT id, state FROM recovery_task
+    WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= statement_timestamp()
+    ORDER BY priority DESC, next_attempt_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+) AS c, recovery_run AS r, recovery_dataset AS d
+WHERE t.id = c.id AND r.id = t.run_id AND d.id = r.dataset_id
+RETURNING {_TASK_COLS}, c.state, d.id, d.name, d.provider, r."window", r.scraper_version,
+    COALESCE(d.lease_seconds, %s), d.max_attempts, d.max_elapsed_seconds
+"""
+
+
+def _claimed_from_row(row, default_lease: int) -> Claimed:
+    (
+        task_id,
+        task_key,
+        run_id,
+        url,
+        page_type,
+        partition,
+        depth,
+        navigation,
+        attempt_count,
+        lease_token,
+        first_attempt_at,
+        batch_id,
+        previous_state,
+        dataset_id,
+        dataset,
+        provider,
+        window,
+        scraper_version,
+        lease_seconds,
+        max_attempts,
+        max_elapsed,
+    ) = row
+    return Claimed(
+        task_id=task_id,
+        task_key=task_key,
+        run_id=run_id,
+        url=url,
+        page_type=page_type,
+        partition=partition,
+        depth=depth,
+        navigation=_json_value(navigation),
+        attempt_count=attempt_count,
+        lease_token=lease_token,
+        previous_state=previous_state,
+        first_attempt_at=_dt_result(first_attempt_at),
+        recovery_batch_id=batch_id,
+        dataset_id=dataset_id,
+        dataset=dataset,
+        provider=provider,
+        window=window,
+        scraper_version=scraper_version,
+        lease_seconds=int(lease_seconds or default_lease),
+        max_attempts=max_attempts,
+        max_elapsed_seconds=max_elapsed,
+    )
+
+
+def _claim_pg(worker_id: str, limit: int, lease: int) -> list[Claimed]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_PG_CLAIM, [worker_id, lease, lease, limit, lease])
+        claimed = [_claimed_from_row(row, lease) for row in cursor.fetchall()]
+        _record_claim_counters(claimed)
+    return claimed
+
+
+def _claim_sqlite(worker_id: str, limit: int, lease: int) -> list[Claimed]:
+    # BEGIN IMMEDIATE (settings: transaction_mode) holds the only write lock from the first
+    # statement, so the SELECT and the UPDATE see and change the same rows: no SKIP LOCKED
+    # needed, and the old state read here is the state the UPDATE replaces.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, state FROM recovery_task "
+            f"WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= {_SQLITE_DUE} "
+            f"ORDER BY priority DESC, next_attempt_at LIMIT %s",
+            [limit],
+        )
+        previous = dict(cursor.fetchall())
+        if not previous:
+            return []
+        ids = list(previous)
+        marks = ", ".join(["%s"] * len(ids))
+        lease_expr = (
+            "(SELECT COALESCE(d.lease_seconds, %s) FROM recovery_run r "
+            "JOIN recovery_dataset d ON d.id = r.dataset_id WHERE r.id = recovery_task.run_id)"
+        )
+        until = _plus_seconds_sql(lease_expr)
+        cursor.execute(
+            f"UPDATE recovery_task SET state = 'leased', lease_owner = %s, "
+            f"lease_until = {until}, next_attempt_at = {until}, "
+            f"lease_token = lease_token + 1, attempt_count = attempt_count + 1, "
+            f"first_attempt_at = COALESCE(first_attempt_at, {_SQLITE_NOW}), "
+            f"state_changed_at = {_SQLITE_NOW} "
+            f"WHERE id IN ({marks}) "
+            f"RETURNING {_TASK_COLS.replace('t.', '')}",
+            [worker_id, lease, lease, *ids],
+        )
+        rows = cursor.fetchall()
+        run_ids = sorted({row[2] for row in rows})
+        cursor.execute(
+            'SELECT r.id, d.id, d.name, d.provider, r."window", r.scraper_version, '
+            "COALESCE(d.lease_seconds, %s), d.max_attempts, d.max_elapsed_seconds "
+            "FROM recovery_run r JOIN recovery_dataset d ON d.id = r.dataset_id "
+            f"WHERE r.id IN ({', '.join(['%s'] * len(run_ids))})",
+            [lease, *run_ids],
+        )
+        runs = {row[0]: row[1:] for row in cursor.fetchall()}
+        claimed = [
+            _claimed_from_row((*row, previous[row[0]], *runs[row[2]]), lease) for row in rows
+        ]
+        _record_claim_counters(claimed)
+    return claimed
+
+
+def _record_claim_counters(claimed: list[Claimed]) -> None:
+    # pending/retry_wait -> leased changes the counts; an expired lease re-claimed
+    # (leased -> leased) does not.
+    changes: dict[tuple[int, str, str], int] = defaultdict(int)
+    for c in claimed:
+        if c.previous_state != TaskState.LEASED:
+            changes[(c.run_id, c.partition, c.previous_state)] += 1
+    counters.record(
+        (run_id, partition, old, TaskState.LEASED, n)
+        for (run_id, partition, old), n in changes.items()
+    )
+
+
+def claim(worker_id: str, limit: int | None = None) -> list[Claimed]:
+    """Lease up to `limit` due tasks (priority, then due time) to `worker_id`.
+
+    Sets owner, lease_until (= next_attempt_at), lease_token + 1, attempt_count + 1 and
+    first_attempt_at when unset. Lease length: the dataset's lease_seconds or
+    SALVAGE_LEASE_SECONDS.
+    """
+    limit = limit or settings.SALVAGE_CLAIM_BATCH
+    lease = int(settings.SALVAGE_LEASE_SECONDS)
+    if _pg():
+        return _claim_pg(worker_id, limit, lease)
+    return _retry_locked(_claim_sqlite, worker_id, limit, lease)
+
+
+# --- heartbeat ---------------------------------------------------------------------------------
+
+
+def heartbeat(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:
+    """Extend the leases this worker still holds; returns the task ids still held.
+
+    A task missing from the answer was re-claimed by someone else (its token moved) or
+    finished: the caller must stop working on it. An expired lease nobody took yet is still
+    ours (the token did not move), so extending it is correct.
+    """
+    if not claimed:
+        return set()
+    if _pg():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE recovery_task AS t SET "
+                "lease_until = statement_timestamp() + make_interval(secs => h.secs), "
+                "next_attempt_at = statement_timestamp() + make_interval(secs => h.secs) "
+                "FROM unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS h(id, token, secs) "
+                "WHERE t.id = h.id AND t.lease_token = h.token AND t.lease_owner = %s "
+                "AND t.state = 'leased' RETURNING t.id",
+                [
+                    [c.task_id for c in claimed],
+                    [c.lease_token for c in claimed],
+                    [c.lease_seconds for c in claimed],
+                    worker_id,
+                ],
+            )
+            held = {row[0] for row in cursor.fetchall()}
+    else:
+        held = _retry_locked(_heartbeat_sqlite, worker_id, claimed)
+    _touch_worker(worker_id)
+    return held
+
+
+def _heartbeat_sqlite(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:
+    held: set[int] = set()
+    with transaction.atomic(), connection.cursor() as cursor:
+        for c in claimed:
+            until = _plus_seconds_sql("%s")
+            cursor.execute(
+                f"UPDATE recovery_task SET lease_until = {until}, next_attempt_at = {until} "
+                "WHERE id = %s AND lease_token = %s AND lease_owner = %s AND state = 'leased' "
+                "RETURNING id",
+                [c.lease_seconds, c.lease_seconds, c.task_id, c.lease_token, worker_id],
+            )
+            held.update(row[0] for row in cursor.fetchall())
+    return held
+
+
+# --- worker heartbeat rows ---------------------------------------------------------------------
+
+
+def _upsert_worker_sql() -> str:
+    now = _now_sql()
+    return (
+        "INSERT INTO recovery_workerheartbeat "
+        "(worker, hostname, pid, started_at, last_seen, claimed, committed) "
+        f"VALUES (%s, %s, %s, {now}, {now}, %s, %s) "
+        "ON CONFLICT (worker) DO UPDATE SET last_seen = excluded.last_seen, "
+        "pid = excluded.pid, "
+        "claimed = recovery_workerheartbeat.claimed + excluded.claimed, "
+        "committed = recovery_workerheartbeat.committed + excluded.committed"
+    )
+
+
+def _touch_worker(worker_id: str, claimed: int = 0, committed: int = 0) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _upsert_worker_sql(),
+            [worker_id, socket.gethostname()[:200], os.getpid(), claimed, committed],
+        )
+
+
+def touch_worker(worker_id: str, claimed: int = 0, committed: int = 0) -> None:
+    """Record that a worker is alive (and what it did) in WorkerHeartbeat."""
+    if _pg():
+        _touch_worker(worker_id, claimed, committed)
+    else:
+        _retry_locked(_touch_worker, worker_id, claimed, committed)
+
+
+# --- fenced commit -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Plan:
+    claimed: Claimed
+    outcome: Outcome
+    state: str  # target task state
+    attempt_outcome: str
+    error_class: str
+    error_detail: str
+    delay: float | None  # seconds until next_attempt_at (retry_wait only)
+    artefact: dict[str, Any] | None
+    attempt_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    payload_hash: str = ""
+
+
+@dataclass(slots=True)
+class CommitSummary:
+    """What a commit_outcomes call did (counts by target state, plus the losers)."""
+
+    states: dict[str, int] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)  # task ids whose lease had moved on
+    observations: int = 0  # rows inserted or changed (an unchanged upsert is not counted)
+    discovered: int = 0  # new child tasks (already-known keys are not counted)
+
+    @property
+    def committed(self) -> int:
+        return sum(self.states.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "states": dict(self.states),
+            "lost": len(self.lost),
+            "observations": self.observations,
+            "discovered": self.discovered,
+        }
+
+
+def plan_outcome(
+    claimed: Claimed,
+    outcome: Outcome,
+    *,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> _Plan:
+    """Decide a task's next state from its outcome (the retry table + budgets). Pure."""
+    now = now or datetime.now(UTC)
+    if outcome.ok:
+        return _Plan(claimed, outcome, TaskState.COMMITTED, "committed", "", "", None, None)
+    error_class = str(outcome.error_class)
+    rule = failures.rule_for(outcome.error_class)
+    detail = outcome.error_detail[:2000]
+    artefact = failures.sanitise_artefact(outcome.artefact, outcome.http_status)
+    if rule.action in failures.RETRYING:
+        if outcome.retry_after is not None and outcome.retry_after >= 0:
+            delay = min(float(outcome.retry_after), float(settings.SALVAGE_RETRY_AFTER_CAP))
+        else:
+            delay = failures.backoff(
+                claimed.attempt_count,
+                settings.SALVAGE_BACKOFF_BASE,
+                settings.SALVAGE_BACKOFF_CAP,
+                rng,
+            )
+        first = claimed.first_attempt_at or now
+        elapsed_at_retry = (now - first).total_seconds() + delay
+        if claimed.attempt_count >= claimed.max_attempts:
+            reason = f"budget exhausted: {claimed.attempt_count} of {claimed.max_attempts} attempts"
+        elif elapsed_at_retry > claimed.max_elapsed_seconds:
+            reason = (
+                f"budget exhausted: next try at {elapsed_at_retry:.0f}s after the first attempt "
+                f"exceeds {claimed.max_elapsed_seconds}s"
+            )
+        else:
+            return _Plan(
+                claimed,
+                outcome,
+                TaskState.RETRY_WAIT,
+                "retry",
+                error_class,
+                detail,
+                delay,
+                artefact,
+            )
+        # The task keeps its real error class (a rerun selects "server_error", not "budget");
+        # the dead state and the detail say the budget ran out.
+        detail = f"{reason}; last error: {detail}" if detail else reason
+        return _Plan(claimed, outcome, TaskState.DEAD, "dead", error_class, detail, None, artefact)
+    target = {
+        Action.QUARANTINE: (TaskState.QUARANTINED, "quarantined"),
+        Action.GONE: (TaskState.GONE, "gone"),
+        Action.DEAD: (TaskState.DEAD, "dead"),
+    }[rule.action]
+    if rule.action == Action.QUARANTINE and artefact is None:
+        artefact = {"status": outcome.http_status}
+    return _Plan(claimed, outcome, target[0], target[1], error_class, detail, None, artefact)
+
+
+def _values_sql(n_rows: int, casts: Sequence[str]) -> str:
+    """'(%s, %s::bigint, ...), (...)' — casts only on PostgreSQL, where VALUES needs types."""
+    if _pg():
+        one = "(" + ", ".join(f"%s{c}" if c else "%s" for c in casts) + ")"
+    else:
+        one = "(" + ", ".join(["%s"] * len(casts)) + ")"
+    return ", ".join([one] * n_rows)
+
+
+def _fence(cursor, worker_id: str, plans: list[_Plan]) -> set[int]:
+    """The fenced UPDATE for every task of the batch, first, so a stale worker writes nothing.
+
+    Each row matches only while state = leased, owner = us and lease_token = our token.
+    """
+    casts = ("::bigint", "::bigint", "::varchar", "::double precision", "::varchar", "::integer")
+    params: list[Any] = []
+    for p in plans:
+        delay = p.delay
+        if delay is not None and not _pg():
+            delay = f"{delay:.6f}"  # SQLite date modifiers want plain decimal text
+        params += [
+            p.claimed.task_id,
+            p.claimed.lease_token,
+            p.state,
+            delay,
+            p.error_class,
+            p.outcome.http_status,
+        ]
+    now = _now_sql()
+    later = _plus_seconds_sql("v.delay")
+    values = _values_sql(len(plans), casts)
+    if _pg():
+        sql = (
+            f"UPDATE recovery_task AS t SET state = v.state, lease_owner = '', "
+            f"lease_until = NULL, "
+            f"next_attempt_at = CASE WHEN v.delay IS NULL THEN t.next_attempt_at "
+            f"ELSE {later} END, "
+            f"last_error_class = v.error_class, last_http_status = v.http_status, "
+            f"state_changed_at = {now} "
+            f"FROM (VALUES {values}) AS v(id, token, state, delay, error_class, http_status) "
+            f"WHERE t.id = v.id AND t.lease_token = v.token AND t.lease_owner = %s "
+            f"AND t.state = 'leased' RETURNING t.id"
+        )
+    else:
+        sql = (
+            f"WITH v(id, token, state, delay, error_class, http_status) AS (VALUES {values}) "
+            f"UPDATE recovery_task SET state = v.state, lease_owner = '', lease_until = NULL, "
+            f"next_attempt_at = CASE WHEN v.delay IS NULL THEN recovery_task.next_attempt_at "
+            f"ELSE {later} END, "
+            f"last_error_class = v.error_class, last_http_status = v.http_status, "
+            f"state_changed_at = {now} "
+            f"FROM v WHERE recovery_task.id = v.id AND recovery_task.lease_token = v.token "
+            f"AND recovery_task.lease_owner = %s AND recovery_task.state = 'leased' "
+            f"RETURNING recovery_task.id"
+        )
+    cursor.execute(sql, [*params, worker_id])
+    return {row[0] for row in cursor.fetchall()}
+
+
+def _insert_attempts(cursor, worker_id: str, rows: list[tuple[_Plan, str, str]], finished):
+    """Attempt rows: (plan, outcome, error_detail) — one multi-row INSERT per chunk."""
+    pg = _pg()
+    json_mark = "::jsonb" if pg else ""
+    casts = ("",) * 10 + (json_mark,) + ("",) * 4
+    finished_param = _dt_param(finished)
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        params: list[Any] = []
+        for plan, outcome, detail in chunk:
+            c = plan.claimed
+            params += [
+                plan.attempt_id if pg else plan.attempt_id.hex,
+                c.task_id,
+                c.run_id,
+                c.recovery_batch_id,
+                c.lease_token,
+                worker_id,
+                c.scraper_version,
+                _dt_param(c.started_at),
+                finished_param,
+                plan.outcome.http_status,
+                json.dumps(plan.artefact) if plan.artefact is not None else None,
+                outcome,
+                plan.error_class,
+                detail,
+                plan.payload_hash,
+            ]
+        cursor.execute(
+            "INSERT INTO recovery_attempt (id, task_id, run_id, recovery_batch_id, lease_token, "
+            "worker, scraper_version, started_at, finished_at, http_status, artefact, outcome, "
+            f"error_class, error_detail, payload_hash) VALUES {_values_sql(len(chunk), casts)}",
+            params,
+        )
+
+
+def _observation_rows(plans: list[_Plan]) -> list[tuple]:
+    """(observation_key, entity_key, payload_json, hash, plan) deduplicated by key.
+
+    Two tasks of one batch may report the same entity; one statement may not upsert a row
+    twice (PostgreSQL refuses), so the later one wins, as it would in two transactions.
+    Sorted by key so concurrent committers lock rows in the same order (no deadlock).
+    """
+    rows: dict[str, tuple] = {}
+    for plan in plans:
+        c = plan.claimed
+        hashes = []
+        for obs in plan.outcome.observations:
+            payload_json = canonical_json(obs.payload)
+            digest = keys.payload_hash(payload_json)
+            hashes.append(digest)
+            okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
+            rows[okey] = (okey, obs.entity_key, payload_json, digest, plan)
+        if len(hashes) == 1:
+            plan.payload_hash = hashes[0]
+        elif hashes:
+            plan.payload_hash = keys.payload_hash("\n".join(hashes))
+    return [rows[k] for k in sorted(rows)]
+
+
+def _upsert_observations(cursor, rows: list[tuple], now_param) -> int:
+    pg = _pg()
+    json_mark = "::jsonb" if pg else ""
+    casts = ("",) * 5 + (json_mark,) + ("",) * 8
+    changed = 0
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        params: list[Any] = []
+        for okey, entity_key, payload_json, digest, plan in chunk:
+            c = plan.claimed
+            params += [
+                c.run_id,
+                okey,
+                entity_key[:500],
+                c.window,
+                c.partition,
+                payload_json,
+                digest,
+                c.task_id,
+                plan.attempt_id if pg else plan.attempt_id.hex,
+                c.scraper_version,
+                "pending",
+                1,
+                now_param,
+                now_param,
+            ]
+        # Upsert by observation_key; only a changed payload rewrites the row (and sends it
+        # back to validation), so a repeated execution is a no-op for the data.
+        cursor.execute(
+            'INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window", '
+            "partition, payload, payload_hash, source_task_id, source_attempt_id, "
+            "scraper_version, validation_state, version, observed_at, updated_at) "
+            f"VALUES {_values_sql(len(chunk), casts)} "
+            "ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload, "
+            "payload_hash = excluded.payload_hash, partition = excluded.partition, "
+            "source_task_id = excluded.source_task_id, "
+            "source_attempt_id = excluded.source_attempt_id, "
+            "scraper_version = excluded.scraper_version, validation_state = 'pending', "
+            "updated_at = excluded.updated_at "
+            "WHERE recovery_observation.payload_hash <> excluded.payload_hash RETURNING 1",
+            params,
+        )
+        changed += len(cursor.fetchall())
+    return changed
+
+
+def _insert_children(cursor, plans: list[_Plan], now_param) -> tuple[int, list]:
+    """Discovered URLs become tasks in the parent's transaction (the task table is the seen
+    set: ON CONFLICT (task_key) DO NOTHING). Returns (new tasks, counter changes)."""
+    rows: dict[str, list[Any]] = {}
+    for plan in plans:
+        c = plan.claimed
+        for child in plan.outcome.discovered:
+            try:
+                url = keys.canonical_url(child.url)
+                tkey = keys.task_key(c.dataset, url, c.window, child.page_type)
+            except keys.InvalidURL as exc:
+                log.warning("task %s discovered an unusable URL: %s", c.task_id, exc)
+                continue
+            rows.setdefault(
+                tkey,
+                [
+                    c.run_id,
+                    tkey,
+                    url,
+                    child.page_type,
+                    child.partition or c.partition,
+                    child.priority,
+                    child.discovery,
+                    c.task_id,
+                    min(c.depth + 1, 32767),
+                    canonical_json(child.navigation or {}),
+                    "pending",
+                    0,
+                    now_param,
+                    "",
+                    None,
+                    0,
+                    None,
+                    "",
+                    None,
+                    c.recovery_batch_id,
+                    now_param,
+                    now_param,
+                ],
+            )
+    if not rows:
+        return 0, []
+    json_mark = "::jsonb" if _pg() else ""
+    casts = ("",) * 9 + (json_mark,) + ("",) * 12
+    ordered = [rows[k] for k in sorted(rows)]  # same lock order in every committer
+    inserted: list[tuple[int, str]] = []
+    for start in range(0, len(ordered), _CHUNK):
+        chunk = ordered[start : start + _CHUNK]
+        cursor.execute(
+            "INSERT INTO recovery_task (run_id, task_key, url, page_type, partition, priority, "
+            "discovery, parent_id, depth, navigation, state, attempt_count, next_attempt_at, "
+            "lease_owner, lease_until, lease_token, first_attempt_at, last_error_class, "
+            "last_http_status, recovery_batch_id, created_at, state_changed_at) "
+            f"VALUES {_values_sql(len(chunk), casts)} "
+            "ON CONFLICT (task_key) DO NOTHING RETURNING run_id, partition",
+            [v for row in chunk for v in row],
+        )
+        inserted += cursor.fetchall()
+    per_run: dict[int, int] = defaultdict(int)
+    per_part: dict[tuple[int, str], int] = defaultdict(int)
+    for run_id, partition in inserted:
+        per_run[run_id] += 1
+        per_part[(run_id, partition)] += 1
+    for run_id, n in sorted(per_run.items()):
+        cursor.execute(
+            "UPDATE recovery_run SET task_total = task_total + %s WHERE id = %s", [n, run_id]
+        )
+    changes = [(run_id, part, None, TaskState.PENDING, n) for (run_id, part), n in per_part.items()]
+    return len(inserted), changes
+
+
+def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSummary:
+    summary = CommitSummary()
+    now_param = _dt_param(finished)
+    with transaction.atomic(), connection.cursor() as cursor:
+        fenced = _fence(cursor, worker_id, plans)
+        won = [p for p in plans if p.claimed.task_id in fenced]
+        lost = [p for p in plans if p.claimed.task_id not in fenced]
+        obs_rows = _observation_rows(plans)  # also sets every plan's payload_hash
+        won_ids = {id(p) for p in won}
+        attempt_rows = [(p, p.attempt_outcome, p.error_detail) for p in won]
+        # A lost lease still leaves a traceable Attempt (guarantee 3), but none of its writes:
+        # no observation, no child, no state change.
+        for p in lost:
+            detail = (
+                f"lost lease: token {p.claimed.lease_token} is no longer current; "
+                f"outcome {p.attempt_outcome} discarded"
+            )
+            if p.error_detail:
+                detail += f" ({p.error_detail})"
+            attempt_rows.append((p, "lost_lease", detail))
+        if attempt_rows:
+            _insert_attempts(cursor, worker_id, attempt_rows, finished)
+        obs_rows = [r for r in obs_rows if id(r[4]) in won_ids]
+        if obs_rows:
+            summary.observations = _upsert_observations(cursor, obs_rows, now_param)
+        summary.discovered, child_changes = _insert_children(
+            cursor, [p for p in won if p.outcome.discovered], now_param
+        )
+        moves: dict[tuple[int, str, str], int] = defaultdict(int)
+        for p in won:
+            moves[(p.claimed.run_id, p.claimed.partition, p.state)] += 1
+            summary.states[p.state] = summary.states.get(p.state, 0) + 1
+        counters.record(
+            [
+                (run_id, part, TaskState.LEASED, state, n)
+                for (run_id, part, state), n in moves.items()
+            ]
+            + child_changes
+        )
+        cursor.execute(
+            _upsert_worker_sql(),
+            [worker_id, socket.gethostname()[:200], os.getpid(), len(plans), len(won)],
+        )
+        summary.lost = [p.claimed.task_id for p in lost]
+        faults.point("in_commit")
+    return summary
+
+
+def commit_outcomes(
+    worker_id: str,
+    claimed: Sequence[Claimed],
+    outcomes: Sequence[Outcome],
+    *,
+    rng: random.Random | None = None,
+) -> CommitSummary:
+    """Commit a batch of outcomes, each task fenced by its own owner + lease token.
+
+    One transaction: the fenced state UPDATE first (so nothing of a stale worker is written),
+    then the Attempt rows, the observation upserts, the discovered children and the counter
+    deltas, only for the tasks whose fence matched. A task whose lease moved on gets an
+    Attempt with outcome lost_lease and nothing else. Returns a CommitSummary.
+    """
+    if len(claimed) != len(outcomes):
+        raise ValueError(f"{len(claimed)} claimed tasks but {len(outcomes)} outcomes")
+    if not claimed:
+        return CommitSummary()
+    finished = datetime.now(UTC)
+    plans = [
+        plan_outcome(c, o, now=finished, rng=rng) for c, o in zip(claimed, outcomes, strict=True)
+    ]
+    if _pg():
+        return _commit(worker_id, plans, finished)
+    return _retry_locked(_commit, worker_id, plans, finished)
+
+
+def internal_error(detail: str) -> Outcome:
+    """The outcome recorded when a provider itself failed (a bug: quarantined for a human)."""
+    return Outcome(error_class=ErrorClass.INTERNAL, error_detail=detail[:2000])

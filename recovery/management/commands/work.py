@@ -1,0 +1,57 @@
+"""manage.py work: the claim -> execute -> commit loop in the foreground (no django-q2)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import worker
+
+
+class Command(BaseCommand):
+    help = "Run the worker loop in the foreground: claim due tasks, execute, commit."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=None, help="tasks run at once")
+        parser.add_argument("--batch", type=int, default=None, help="tasks claimed per step")
+        parser.add_argument(
+            "--until-idle", action="store_true", help="exit when no task is due any more"
+        )
+        parser.add_argument(
+            "--idle-wait",
+            type=float,
+            default=None,
+            help="with --until-idle: also wait for tasks due within this many seconds "
+            "(default: the lease length, so a crashed worker's leases are finished)",
+        )
+        parser.add_argument("--worker-id", default=None, help="lease owner name (default: unique)")
+
+    def handle(self, *args, **options):
+        for name in ("concurrency", "batch"):
+            if options[name] is not None and options[name] < 1:
+                raise CommandError(f"--{name} must be at least 1", returncode=2)
+        if options["idle_wait"] is not None and options["idle_wait"] < 0:
+            raise CommandError("--idle-wait must not be negative", returncode=2)
+        stop = threading.Event()
+
+        def request_stop(signum, frame):
+            # The current step (claim -> execute -> commit) finishes; then the loop exits 0.
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        worker_id = options["worker_id"] or worker.new_worker_id()
+        stats = worker.run_forever(
+            worker_id,
+            batch_size=options["batch"],
+            concurrency=options["concurrency"],
+            until_idle=options["until_idle"],
+            idle_wait=options["idle_wait"],
+            stop=stop,
+        )
+        self.stdout.write(
+            f"worker {worker_id}: {stats.batches} batches, {stats.tasks} tasks claimed, "
+            f"{stats.committed} committed, {stats.lost} lost leases"
+        )

@@ -1,0 +1,403 @@
+"""The claim -> execute -> commit loop, as steps that return "did work".
+
+`run_batch` is one step: claim up to N tasks (recovery.leases), run them through each
+dataset's provider concurrently on this process's event loop, heartbeat while that takes long,
+and commit every outcome fenced by its own lease token. `run_forever` loops over steps for
+`manage.py work`; `recovery.tasks.run_batch_task` runs one step per django-q2 wake-up.
+
+Hooks for other parts of the engine (remote-job providers):
+- `register_step(fn)`: fn(worker_id) -> bool, called every loop iteration after run_batch
+  (e.g. poll remote jobs that are due).
+- `register_restart_hook(fn)`: fn(worker_id), called when a worker starts and every
+  RESTART_HOOK_INTERVAL seconds (e.g. resume polling of submitted/pending remote jobs).
+  Expired task leases need no hook: the claim predicate takes them (never infer completion
+  from a process exit).
+- `register_idle_check(fn)`: fn() -> bool, True while other work is outstanding, so that
+  `--until-idle` does not stop early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django import db
+from django.conf import settings
+from django.db import connection
+
+from recovery import faults, leases
+from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
+from recovery.providers import get_provider
+from recovery.providers.base import Outcome, Provider, TaskInput
+
+log = logging.getLogger(__name__)
+
+StepFn = Callable[[str], bool]
+EXTRA_STEPS: list[StepFn] = []
+RESTART_HOOKS: list[Callable[[str], None]] = []
+IDLE_CHECKS: list[Callable[[], bool]] = []
+RESTART_HOOK_INTERVAL = 60.0
+
+ProviderFactory = Callable[[str, dict[str, Any]], Provider]
+
+
+def register_step(fn: StepFn) -> StepFn:
+    if fn not in EXTRA_STEPS:
+        EXTRA_STEPS.append(fn)
+    return fn
+
+
+def register_restart_hook(fn: Callable[[str], None]) -> Callable[[str], None]:
+    if fn not in RESTART_HOOKS:
+        RESTART_HOOKS.append(fn)
+    return fn
+
+
+def register_idle_check(fn: Callable[[], bool]) -> Callable[[], bool]:
+    if fn not in IDLE_CHECKS:
+        IDLE_CHECKS.append(fn)
+    return fn
+
+
+def new_worker_id(prefix: str = "w") -> str:
+    """Unique per process start: a restarted process never inherits an old lease's owner."""
+    host = socket.gethostname()[:40]
+    return f"{prefix}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+# --- one event loop per process ----------------------------------------------------------------
+# Providers keep async clients (connection pools) bound to a loop, so the loop lives as long
+# as the process, in a daemon thread. Database work stays on the calling thread: the Django
+# connection, its transactions and the test database all belong to that thread.
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid: int | None = None
+_providers: dict[tuple[str, str], Provider] = {}
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _loop_pid
+    with _loop_lock:
+        # After a fork (django-q2 workers) the parent's thread does not exist here: start anew.
+        if _loop is None or _loop_pid != os.getpid():
+            _providers.clear()
+            _loop = asyncio.new_event_loop()
+            _loop_pid = os.getpid()
+            threading.Thread(target=_loop.run_forever, name="salvage-loop", daemon=True).start()
+        return _loop
+
+
+def default_provider_factory(name: str, options: dict[str, Any]) -> Provider:
+    """One provider instance per (name, options) per process, reused across batches."""
+    key = (name, json.dumps(options, sort_keys=True, default=str))
+    provider = _providers.get(key)
+    if provider is None:
+        provider = get_provider(name, **options)
+        _providers[key] = provider
+    return provider
+
+
+def close_providers() -> None:
+    """Close every cached provider (on a clean worker exit)."""
+    if _loop is None or _loop_pid != os.getpid():
+        return
+    for provider in list(_providers.values()):
+        try:
+            asyncio.run_coroutine_threadsafe(provider.aclose(), _loop).result(timeout=10)
+        except Exception:
+            log.exception("closing provider %s failed", getattr(provider, "name", provider))
+    _providers.clear()
+
+
+# --- datasets (spec + provider options), cached briefly ----------------------------------------
+
+_DATASET_TTL = 2.0
+_datasets: dict[int, tuple[float, str, dict[str, Any]]] = {}
+
+
+def _dataset_info(ids: set[int]) -> dict[int, tuple[str, dict[str, Any]]]:
+    from recovery.models import Dataset
+
+    now = time.monotonic()
+    missing = {i for i in ids if i not in _datasets or now - _datasets[i][0] > _DATASET_TTL}
+    if missing:
+        for pk, provider, spec in Dataset.objects.filter(pk__in=missing).values_list(
+            "pk", "provider", "spec"
+        ):
+            _datasets[pk] = (now, provider, spec or {})
+    return {i: (_datasets[i][1], _datasets[i][2]) for i in ids if i in _datasets}
+
+
+# --- execution ---------------------------------------------------------------------------------
+
+
+async def _execute_group(
+    provider: Provider, inputs: list[TaskInput], concurrency: int, lost: set[int]
+) -> list[Outcome]:
+    async def call(batch: list[TaskInput]) -> list[Outcome]:
+        try:
+            outcomes = await provider.execute_many(batch)
+        except Exception as exc:  # a provider bug must not lose the batch: quarantine it
+            log.exception("provider %s failed", getattr(provider, "name", provider))
+            return [leases.internal_error(f"provider raised {exc!r}") for _ in batch]
+        if len(outcomes) != len(batch):
+            detail = f"provider returned {len(outcomes)} outcomes for {len(batch)} tasks"
+            return [leases.internal_error(detail) for _ in batch]
+        return list(outcomes)
+
+    if len(inputs) <= concurrency:
+        return await call(inputs)
+    # More tasks than the concurrency: `concurrency` lanes take one task at a time, so a slow
+    # page never holds back a whole chunk, and a task whose lease was lost is never started.
+    results: list[Outcome | None] = [None] * len(inputs)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(inputs)):
+        queue.put_nowait(i)
+
+    async def lane() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            if inputs[i].task_id in lost:
+                results[i] = leases.internal_error("lease lost before the task started")
+                continue
+            results[i] = (await call([inputs[i]]))[0]
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return [r for r in results if r is not None]
+
+
+async def _execute_all(
+    groups: list[tuple[Provider | None, list[TaskInput], str]], concurrency: int, lost: set[int]
+) -> list[list[Outcome]]:
+    async def one(provider, inputs, problem):
+        if provider is None:
+            return [leases.internal_error(problem) for _ in inputs]
+        return await _execute_group(provider, inputs, concurrency, lost)
+
+    return await asyncio.gather(*(one(p, i, e) for p, i, e in groups))
+
+
+def execute(
+    worker_id: str,
+    claimed: list[Claimed],
+    *,
+    concurrency: int | None = None,
+    provider_factory: ProviderFactory | None = None,
+) -> list[Outcome]:
+    """Run claimed tasks through their datasets' providers; heartbeat while it takes long.
+
+    Returns one Outcome per claimed task, in order. A batch may mix datasets: each dataset's
+    group goes to its own provider, all groups at once.
+    """
+    concurrency = concurrency or settings.SALVAGE_CONCURRENCY
+    factory = provider_factory or default_provider_factory
+    info = _dataset_info({c.dataset_id for c in claimed})
+    by_dataset: dict[int, list[int]] = defaultdict(list)
+    for index, c in enumerate(claimed):
+        by_dataset[c.dataset_id].append(index)
+    groups: list[tuple[Provider | None, list[TaskInput], str]] = []
+    order: list[list[int]] = []
+    for dataset_id, indexes in by_dataset.items():
+        provider_name, spec = info.get(dataset_id, (claimed[indexes[0]].provider, {}))
+        problem = ""
+        try:
+            provider = factory(provider_name, dict(spec.get("provider_options") or {}))
+        except Exception as exc:  # unknown provider, bad options: quarantine, never spin
+            provider, problem = None, f"cannot create provider {provider_name!r}: {exc}"
+        groups.append((provider, [claimed[i].task_input(spec) for i in indexes], problem))
+        order.append(indexes)
+
+    lost: set[int] = set()
+    future = asyncio.run_coroutine_threadsafe(
+        _execute_all(groups, concurrency, lost), _event_loop()
+    )
+    interval = max(0.2, min(c.lease_seconds for c in claimed) / 3)
+    while True:
+        try:
+            results = future.result(timeout=interval)
+            break
+        except concurrent.futures.TimeoutError:
+            # Long batch: extend our leases. A task we no longer hold is not started (lanes
+            # check `lost`) and its outcome will be fenced out at commit (lost_lease attempt).
+            still = [c for c in claimed if c.task_id not in lost]
+            held = leases.heartbeat(worker_id, still)
+            lost.update(c.task_id for c in still if c.task_id not in held)
+    outcomes: list[Outcome | None] = [None] * len(claimed)
+    for indexes, group_outcomes in zip(order, results, strict=True):
+        for i, outcome in zip(indexes, group_outcomes, strict=True):
+            outcomes[i] = outcome
+    return [o for o in outcomes if o is not None]
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one step did; truthy when it did work (it claimed something)."""
+
+    claimed: int = 0
+    summary: CommitSummary = field(default_factory=CommitSummary)
+    seconds: float = 0.0
+    handed_over: bool = False  # tasks went to remote jobs (recovery.remote) instead
+
+    def __bool__(self) -> bool:
+        return self.claimed > 0 or self.handed_over
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "claimed": self.claimed,
+            "seconds": round(self.seconds, 3),
+            **self.summary.as_dict(),
+        }
+
+
+def _hand_over_remote(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
+    """Tasks of remote-job datasets go to recovery.remote (record the job, then send) instead
+    of execute_many; it fences them with our lease tokens. Returns the tasks left for us."""
+    try:
+        from recovery import remote
+    except ImportError:  # the remote-job module is optional
+        return claimed
+    names = {c.provider for c in claimed}
+    remote_names = {name for name in names if remote.is_remote(name)}
+    if not remote_names:
+        return claimed
+    info = _dataset_info({c.dataset_id for c in claimed})
+    handed = [c for c in claimed if c.provider in remote_names]
+    remote.submit_claimed(
+        worker_id, [c.task_input(info.get(c.dataset_id, ("", {}))[1]) for c in handed]
+    )
+    return [c for c in claimed if c.provider not in remote_names]
+
+
+def run_batch(
+    worker_id: str,
+    provider_factory: ProviderFactory | None = None,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+) -> BatchResult:
+    """One step: claim up to batch_size, execute, commit. Truthy when it did work."""
+    started = time.monotonic()
+    claimed = leases.claim(worker_id, batch_size)
+    if not claimed:
+        return BatchResult()
+    faults.point("after_claim")
+    claimed = _hand_over_remote(worker_id, claimed)
+    if not claimed:
+        return BatchResult(0, CommitSummary(), time.monotonic() - started, handed_over=True)
+    outcomes = execute(
+        worker_id, claimed, concurrency=concurrency, provider_factory=provider_factory
+    )
+    faults.point("after_fetch")
+    summary = leases.commit_outcomes(worker_id, claimed, outcomes)
+    # django-q2 acknowledges the wake-up only after the task function returns, so a kill here
+    # is "after commit, before acknowledgement": redelivery must find nothing to redo.
+    faults.point("after_commit")
+    return BatchResult(len(claimed), summary, time.monotonic() - started)
+
+
+def has_due_work(within_seconds: float = 0.0) -> bool:
+    """Is any task claimable now, or within `within_seconds` (database clock)?"""
+    if connection.vendor == "postgresql":
+        due = "statement_timestamp() + make_interval(secs => %s)"
+    else:
+        due = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds') || '999')"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM recovery_task WHERE state IN {CLAIMABLE_SQL} "
+            f"AND next_attempt_at <= {due} LIMIT 1",
+            [float(within_seconds)],
+        )
+        return cursor.fetchone() is not None
+
+
+@dataclass(slots=True)
+class LoopStats:
+    batches: int = 0
+    tasks: int = 0
+    committed: int = 0
+    lost: int = 0
+
+
+def run_forever(
+    worker_id: str | None = None,
+    *,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+    until_idle: bool = False,
+    idle_wait: float | None = None,
+    stop: threading.Event | None = None,
+    provider_factory: ProviderFactory | None = None,
+) -> LoopStats:
+    """The foreground worker loop (`manage.py work`).
+
+    Stops when `stop` is set (SIGTERM/SIGINT: the current step finishes first), or with
+    `until_idle` when no task is due within `idle_wait` seconds (default: the lease length,
+    so a crashed worker's leases are waited for) and no extra step reports work.
+    """
+    worker_id = worker_id or new_worker_id()
+    stop = stop or threading.Event()
+    idle_wait = float(settings.SALVAGE_LEASE_SECONDS if idle_wait is None else idle_wait)
+    stats = LoopStats()
+    leases.touch_worker(worker_id)
+    last_hooks = 0.0
+    last_touch = time.monotonic()
+    sleep = 0.05
+    try:
+        while not stop.is_set():
+            db.close_old_connections()  # drop a broken or too-old connection between steps
+            if time.monotonic() - last_hooks >= RESTART_HOOK_INTERVAL:
+                for hook in RESTART_HOOKS:
+                    hook(worker_id)
+                last_hooks = time.monotonic()
+            result = run_batch(worker_id, provider_factory, batch_size, concurrency)
+            did = bool(result)
+            if result:
+                stats.batches += 1
+                stats.tasks += result.claimed
+                stats.committed += result.summary.committed
+                stats.lost += len(result.summary.lost)
+            for step in EXTRA_STEPS:
+                did = bool(step(worker_id)) or did
+            if did:
+                sleep = 0.05
+                continue
+            if until_idle and not has_due_work(idle_wait) and not any(c() for c in IDLE_CHECKS):
+                break
+            if time.monotonic() - last_touch > 10:
+                leases.touch_worker(worker_id)
+                last_touch = time.monotonic()
+            stop.wait(sleep)
+            sleep = min(sleep * 2, 1.0)
+    finally:
+        close_providers()
+    return stats
+
+
+def run_until_idle(
+    worker_id: str | None = None,
+    *,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+    idle_wait: float = 0.0,
+    provider_factory: ProviderFactory | None = None,
+) -> LoopStats:
+    """Work until nothing is due within `idle_wait` seconds (tests and one-shot commands)."""
+    return run_forever(
+        worker_id,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        until_idle=True,
+        idle_wait=idle_wait,
+        provider_factory=provider_factory,
+    )
