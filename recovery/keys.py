@@ -8,6 +8,8 @@ part values can make two different tuples collide by concatenation.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -19,6 +21,8 @@ TRACKING_PREFIXES = ("utm_",)
 # Characters left as they are in a path; everything else is percent-encoded, so "%7E" and "~"
 # or a raw and an encoded space canonicalise to the same spelling.
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
+# One DNS label after IDNA encoding (underscores occur in real hostnames, so they pass).
+_LABEL = re.compile(r"^[a-z0-9_-]{1,63}$")
 
 
 class InvalidURL(ValueError):
@@ -53,8 +57,20 @@ def canonical_url(url: str) -> str:
         host = host.encode("idna").decode("ascii") if not host.isascii() else host.lower()
     except UnicodeError:
         raise InvalidURL(f"{raw!r}: host {host!r} is not a valid name") from None
+    if parts.username is not None or parts.password is not None:
+        # Dropping them would silently merge different users' pages into one task; keeping
+        # them would store a credential (guarantee 11). Refuse instead.
+        raise InvalidURL(f"{raw!r}: credentials in a URL are not allowed")
     if ":" in host:  # IPv6 literal
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise InvalidURL(f"{raw!r}: host {host!r} is not a valid IPv6 address") from None
         host = f"[{host}]"
+    elif len(host) > 253 or not all(_LABEL.match(label) for label in host.split(".")):
+        raise InvalidURL(f"{raw!r}: host {host!r} is not a valid name")
+    if port == 0:
+        raise InvalidURL(f"{raw!r}: port 0")
     netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     path = quote(unquote(parts.path), safe=_PATH_SAFE) or "/"
     query_pairs = [
@@ -75,7 +91,13 @@ def _digest(*parts: str) -> str:
 
 def task_key(dataset: str, url: str, window: str, page_type: str) -> str:
     """hash(dataset, canonical URL, window, page type): stable across retries and spellings."""
-    return _digest("task", dataset, canonical_url(url), window, page_type)
+    return task_key_from_canonical(dataset, canonical_url(url), window, page_type)
+
+
+def task_key_from_canonical(dataset: str, canonical: str, window: str, page_type: str) -> str:
+    """task_key for a URL already passed through canonical_url (saves a second parse when the
+    caller needs the canonical URL too, as manifests do for every line)."""
+    return _digest("task", dataset, canonical, window, page_type)
 
 
 def observation_key(dataset: str, entity_key: str, window: str) -> str:
