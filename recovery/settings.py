@@ -6,6 +6,7 @@ so the demo and the tests run on a machine with nothing but Python.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -47,6 +48,21 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
@@ -71,6 +87,11 @@ def database_from_url(url: str, data_dir: Path) -> dict:
             "TEST": {"NAME": env_str("SALVAGE_TEST_DATABASE", "") or None},
         }
     if parts.scheme == "sqlite":
+        if parts.netloc:
+            # sqlite://var/db would otherwise silently become /db (the "var" is a host part).
+            raise ImproperlyConfigured(
+                f"DATABASE_URL {url!r}: use sqlite:///absolute/path (three slashes)"
+            )
         path = unquote(parts.path)
         if not path.startswith("/"):
             raise ImproperlyConfigured("DATABASE_URL sqlite:/// needs an absolute path")
@@ -232,14 +253,14 @@ LOGGING = {
 SALVAGE_LEASE_SECONDS = env_int("SALVAGE_LEASE_SECONDS", 300, minimum=1)
 SALVAGE_CLAIM_BATCH = env_int("SALVAGE_CLAIM_BATCH", 50, minimum=1)
 SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
-SALVAGE_BACKOFF_BASE = float(env_str("SALVAGE_BACKOFF_BASE", "1.0"))
-SALVAGE_BACKOFF_CAP = float(env_str("SALVAGE_BACKOFF_CAP", "300"))
+SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
+SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)
 SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
 # Networks a target may resolve to although they are private (CIDRs, comma separated).
 SALVAGE_ALLOWED_NETWORKS = env_list("SALVAGE_ALLOWED_NETWORKS")
 SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://example.invalid/bot)")
 SALVAGE_MAX_RESPONSE_BYTES = env_int("SALVAGE_MAX_RESPONSE_BYTES", 5_000_000, minimum=1024)
-SALVAGE_REQUEST_DEADLINE = float(env_str("SALVAGE_REQUEST_DEADLINE", "30"))
+SALVAGE_REQUEST_DEADLINE = env_float("SALVAGE_REQUEST_DEADLINE", 30.0, minimum=0.1)
 SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "artefacts")))
 SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
 # Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
