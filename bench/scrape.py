@@ -1,0 +1,459 @@
+"""Scraping throughput: the full Salvage pipeline against Scrapy on the same pages, same run.
+
+    python bench/scrape.py [--pages 5000] [--workers 2] [--concurrency 16] [--reps 1]
+                           [--dbs postgres,sqlite] [--no-tuned]
+
+1. The sandbox shop runs in its own process (`manage.py sandbox --port 0`, no faults), so it
+   is never one of the measured clients. Its capacity is measured first with a quick
+   concurrent aiohttp fetch of every page (which also warms its page cache), and its CPU per
+   page is read from /proc during every run: it must be far below either client's.
+2. For each database and repetition, in this order on the same pages:
+   - Scrapy (bench/scrapy_shop.py): CONCURRENT_REQUESTS = the concurrency, CSS-parses the
+     spec's fields and writes JSON lines; and, unless --no-tuned, once more with
+     CONCURRENT_ITEMS=1 (its best setting here);
+   - Salvage: a fresh run of the same manifest (`createrun`), then `--workers` processes of
+     `manage.py work --until-idle`, the concurrency split between them (so both sides have
+     the same number of requests in flight). Each page is fetched, page-checked, extracted
+     and committed durably (attempt + observation + task state) before it counts; the run is
+     checked afterwards (every task committed, one observation per page).
+   Both sides are timed as whole processes, start to exit (interpreter start-up included).
+3. Prints one line per measurement and, last, one JSON line:
+   {"bench": "scrape", "results": [{"db", "workers", "concurrency", "pages_per_s",
+   "scrapy_pages_per_s", "ratio", ...}], ...}; ratio = Salvage / Scrapy of the same pair.
+
+PostgreSQL: BENCH_DATABASE_URL (or DATABASE_URL) names the server; the benchmark drops and
+creates its own database (--pg-name) there. SQLite: a file in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+_LISTENING = re.compile(r"sandbox listening on (http://\S+?)/? ")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# --- the sandbox, in its own process ---------------------------------------------------------
+
+
+class Sandbox:
+    def __init__(self, pages: int, workdir: Path, concurrency: int) -> None:
+        self.spec = workdir / "shop.toml"
+        self.manifest = workdir / "shop.csv"
+        cmd = [
+            PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages", str(pages),
+            "--faults", "none", "--spec-out", str(self.spec), "--manifest-out",
+            str(self.manifest), "--dataset-name", "bench-shop",
+        ]  # fmt: skip
+        env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
+        env["SALVAGE_DATA_DIR"] = str(workdir / "sandbox-var")
+        env.pop("DATABASE_URL", None)  # the sandbox needs no database
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 60
+        seen = []
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            match = _LISTENING.search(line)
+            if match:
+                self.base_url = match.group(1)
+                return
+        self.stop()
+        raise RuntimeError("sandbox did not start:\n" + "".join(seen))
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def product_urls(manifest: Path) -> list[str]:
+    with open(manifest, newline="") as fh:
+        return [row["url"] for row in csv.DictReader(fh) if row["page_type"] == "product"]
+
+
+async def _fetch_all(urls: list[str], concurrency: int) -> tuple[int, float]:
+    import aiohttp
+
+    queue = list(reversed(urls))
+    done = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def lane() -> None:
+            nonlocal done
+            while queue:
+                url = queue.pop()
+                async with session.get(url) as r:
+                    await r.read()
+                    if r.status == 200:
+                        done += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        return done, time.perf_counter() - start
+
+
+def sandbox_capacity(sandbox: Sandbox, urls: list[str], concurrency: int = 64) -> dict[str, Any]:
+    """Warm the page cache, then time one concurrent pass with the cheapest client we have."""
+    asyncio.run(_fetch_all(urls, concurrency))  # first pass renders and caches every page
+    cpu0 = sandbox.cpu()
+    ok, elapsed = asyncio.run(_fetch_all(urls, concurrency))
+    server_cpu = sandbox.cpu() - cpu0
+    return {
+        "pages_per_s": round(ok / elapsed, 1),
+        "client": f"aiohttp x{concurrency} in the harness process",
+        "server_cpu_ms_per_page": round(1000 * server_cpu / max(ok, 1), 3),
+        # What one core of sandbox could serve if the client cost nothing.
+        "server_pages_per_cpu_s": round(ok / server_cpu, 0) if server_cpu else None,
+        "complete": ok == len(urls),
+    }
+
+
+# --- a process, timed start to exit, with its CPU --------------------------------------------
+
+
+def run_timed(cmds: list[list[str]], env: dict[str, str], sandbox: Sandbox) -> dict[str, Any]:
+    """Start every command at once; wall time until the last exits, and their summed CPU."""
+    children0 = _children_cpu()
+    sb_cpu0 = sandbox.cpu()
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for cmd in cmds
+    ]
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate()  # drains the pipes and reaps the child
+        outputs.append((proc.returncode, out.decode(), err.decode()))
+    wall = time.perf_counter() - start
+    return {
+        "wall_s": wall,
+        # Reaped children only: the sandbox is still running, so it is not in this figure.
+        "cpu_s": _children_cpu() - children0,
+        "sandbox_cpu_s": sandbox.cpu() - sb_cpu0,
+        "outputs": outputs,
+    }
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def base_env(workdir: Path) -> dict[str, str]:
+    env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
+    env["SALVAGE_DATA_DIR"] = str(workdir / "var")
+    env["SALVAGE_ALLOWED_NETWORKS"] = "127.0.0.0/8"
+    env["SALVAGE_LOG_LEVEL"] = "WARNING"
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+# --- Scrapy --------------------------------------------------------------------------------
+
+
+def run_scrapy(
+    sandbox: Sandbox, workdir: Path, concurrency: int, pages: int, tuned: bool
+) -> dict[str, Any]:
+    out = workdir / ("scrapy-tuned.jsonl" if tuned else "scrapy.jsonl")
+    cmd = [
+        PY, str(ROOT / "bench" / "scrapy_shop.py"), "--manifest", str(sandbox.manifest),
+        "--concurrency", str(concurrency), "--out", str(out),
+    ]  # fmt: skip
+    if tuned:
+        cmd.append("--tuned")
+    timed = run_timed([cmd], base_env(workdir), sandbox)
+    code, stdout, stderr = timed["outputs"][0]
+    if code != 0:
+        raise RuntimeError(f"scrapy failed ({code}):\n{stderr[-3000:]}")
+    inner = json.loads(stdout.strip().splitlines()[-1])
+    return {
+        "pages_per_s": round(inner["items"] / timed["wall_s"], 1),
+        "crawl_pages_per_s": round(inner["items"] / inner["crawl_s"], 1),
+        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(inner["items"], 1), 2),
+        "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
+        "items": inner["items"],
+        "complete": inner["items"] == pages,
+    }
+
+
+# --- Salvage -------------------------------------------------------------------------------
+
+
+def pg_database_url(pg_name: str) -> str:
+    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
+    if not url.startswith(("postgres://", "postgresql://")):
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{pg_name}"))
+
+
+def recreate_pg(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run(
+        [PY, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def prepare_db(db: str, workdir: Path, pg_name: str) -> dict[str, str]:
+    env = base_env(workdir)
+    if db == "postgres":
+        env["DATABASE_URL"] = pg_database_url(pg_name)
+        recreate_pg(env["DATABASE_URL"])
+    else:
+        path = workdir / "bench.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        env["DATABASE_URL"] = f"sqlite:///{path}"
+    manage(env, "migrate", "--noinput", "-v", "0")
+    return env
+
+
+def run_salvage(
+    env: dict[str, str],
+    sandbox: Sandbox,
+    workdir: Path,
+    *,
+    spec: Path,
+    window: str,
+    workers: int,
+    concurrency: int,
+    pages: int,
+) -> dict[str, Any]:
+    manage(env, "loaddataset", str(spec))
+    run_id = (
+        manage(
+            env, "createrun", "bench-shop", "--window", window, "--manifest", str(sandbox.manifest)
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+    per_worker = max(1, concurrency // workers)
+    cmd = [
+        PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0",
+        "--concurrency", str(per_worker),
+    ]  # fmt: skip
+    timed = run_timed([cmd] * workers, env, sandbox)
+    for code, out, err in timed["outputs"]:
+        if code != 0:
+            raise RuntimeError(f"manage.py work failed ({code}):\n{out}\n{err[-3000:]}")
+    status = json.loads(manage(env, "runstatus", run_id, "--json"))
+    committed = status.get("tasks", {}).get("committed", 0)
+    observations = status.get("observations")
+    if isinstance(observations, dict):
+        observations = observations.get("total", sum(observations.values()))
+    return {
+        "run": run_id,
+        "pages_per_s": round(committed / timed["wall_s"], 1),
+        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(committed, 1), 2),
+        "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
+        "committed": committed,
+        "observations": observations,
+        "tasks": status.get("tasks"),
+        "complete": committed == pages and observations == pages,
+    }
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("scrapy", "twisted", "django", "httpx", "aiohttp", "httpx-aiohttp", "psycopg"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[dist] = metadata.version(dist)
+    with contextlib.suppress(Exception):
+        out["postgresql"] = _pg_version()
+    import sqlite3
+
+    out["sqlite"] = sqlite3.sqlite_version
+    out["cpus"] = str(os.cpu_count())
+    out["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return out
+
+
+def _pg_version() -> str:
+    import psycopg
+
+    url = pg_database_url("postgres")
+    with psycopg.connect(url, connect_timeout=3) as conn:
+        return conn.execute("SHOW server_version").fetchone()[0]
+
+
+def salvage_ready() -> str | None:
+    """Why the Salvage side cannot run yet (its parts land separately), or None."""
+    for path in ("recovery/worker.py", "recovery/providers/direct.py"):
+        if not (ROOT / path).exists():
+            return f"{path} is missing"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pages", type=int, default=5000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--dbs", default="postgres,sqlite")
+    parser.add_argument("--pg-name", default="salvage_bench_scrape")
+    parser.add_argument("--no-tuned", action="store_true", help="skip Scrapy CONCURRENT_ITEMS=1")
+    parser.add_argument("--scrapy-only", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
+    for db in dbs:
+        if db not in ("postgres", "sqlite"):
+            parser.error(f"--dbs: {db!r} is not postgres or sqlite")
+
+    workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-scrape-"))
+    info = versions()
+    log(
+        f"bench scrape: {args.pages} pages, workers={args.workers}, "
+        f"concurrency={args.concurrency}, reps={args.reps}, dbs={','.join(dbs)}; {info}"
+    )
+    sandbox = Sandbox(args.pages, workdir, args.concurrency)
+    summary: dict[str, Any] = {"bench": "scrape", "pages": args.pages, "results": []}
+    try:
+        urls = product_urls(sandbox.manifest)
+        cap = sandbox_capacity(sandbox, urls)
+        summary["sandbox"] = cap
+        log(f"sandbox at {sandbox.base_url}: {cap}")
+        # The spec the sandbox wrote, with the per-worker concurrency.
+        spec = workdir / "bench-shop.toml"
+        per_worker = max(1, args.concurrency // args.workers)
+        text = sandbox.spec.read_text()
+        text = re.sub(r"(?m)^concurrency = \d+$", f"concurrency = {per_worker}", text)
+        text = re.sub(r"(?m)^per_host = \d+$", f"per_host = {per_worker}", text)
+        spec.write_text(text)
+        blocked = None if args.scrapy_only else salvage_ready()
+        if blocked:
+            log(f"Salvage side skipped: {blocked}")
+            summary["salvage_skipped"] = blocked
+        for db in dbs:
+            env = None
+            if not (blocked or args.scrapy_only):
+                env = prepare_db(db, workdir, args.pg_name)
+            pairs = []
+            for rep in range(args.reps):
+                pair: dict[str, Any] = {}
+                pair["scrapy"] = run_scrapy(sandbox, workdir, args.concurrency, args.pages, False)
+                log(f"[{db} rep {rep}] scrapy: {pair['scrapy']}")
+                if not args.no_tuned:
+                    pair["scrapy_tuned"] = run_scrapy(
+                        sandbox, workdir, args.concurrency, args.pages, True
+                    )
+                    log(f"[{db} rep {rep}] scrapy CONCURRENT_ITEMS=1: {pair['scrapy_tuned']}")
+                if env is not None:
+                    pair["salvage"] = run_salvage(
+                        env, sandbox, workdir, spec=spec, window=f"bench-{db}-{rep}",
+                        workers=args.workers, concurrency=args.concurrency, pages=args.pages,
+                    )  # fmt: skip
+                    log(f"[{db} rep {rep}] salvage: {pair['salvage']}")
+                pairs.append(pair)
+            summary["results"].append(summarise(db, args, pairs))
+    finally:
+        sandbox.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    summary["versions"] = info
+    summary["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    summary["command"] = " ".join(["python", "bench/scrape.py", *sys.argv[1:]])
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def summarise(db: str, args: argparse.Namespace, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(key: str, side: str) -> float | None:
+        values = [p[side][key] for p in pairs if side in p]
+        return round(statistics.median(values), 1) if values else None
+
+    def ratio(side: str) -> float | None:
+        values = [
+            p["salvage"]["pages_per_s"] / p[side]["pages_per_s"] for p in pairs if "salvage" in p
+        ]
+        return round(statistics.median(values), 2) if values else None  # paired, same rep
+
+    row: dict[str, Any] = {
+        "db": db,
+        "workers": args.workers,
+        "concurrency": args.concurrency,
+        "pages_per_s": med("pages_per_s", "salvage"),
+        "scrapy_pages_per_s": med("pages_per_s", "scrapy"),
+        "ratio": ratio("scrapy"),
+        "salvage_cpu_ms_per_page": med("cpu_ms_per_page", "salvage"),
+        "scrapy_cpu_ms_per_page": med("cpu_ms_per_page", "scrapy"),
+        "sandbox_cpu_ms_per_page": med("sandbox_cpu_ms_per_page", "scrapy"),
+        "reps": len(pairs),
+        "complete": all(side["complete"] for p in pairs for side in p.values()),
+    }
+    if any("scrapy_tuned" in p for p in pairs):
+        row["scrapy_tuned_pages_per_s"] = med("pages_per_s", "scrapy_tuned")
+        row["ratio_tuned"] = ratio("scrapy_tuned")
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())
