@@ -105,7 +105,8 @@ def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = N
     return rng.uniform(0, max(0.0, ceiling))
 
 
-_DELTA_SECONDS = re.compile(r"\d+")
+# ASCII digits only: RFC 9110 DIGIT is 0-9, and \d would also accept e.g. Arabic-Indic digits.
+_DELTA_SECONDS = re.compile(r"[0-9]+")
 # RFC 9110 section 5.6.7: IMF-fixdate is preferred; RFC 850 and asctime must be accepted.
 _DATE_FORMATS = (
     "%a, %d %b %Y %H:%M:%S GMT",  # Sun, 06 Nov 1994 08:49:37 GMT

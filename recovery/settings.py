@@ -268,6 +268,11 @@ SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")
 # Fault injection for crash tests: names a point where the process SIGKILLs itself.
 # Read only by recovery.faults, which is inert unless this is set.
 SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
+# Dispatcher (recovery.dispatch): tick length, the most wake-ups left waiting in the queue at
+# once, and how often busy runs' counter deltas are folded.
+SALVAGE_DISPATCH_TICK = env_float("SALVAGE_DISPATCH_TICK", 0.5, minimum=0.05)
+SALVAGE_DISPATCH_MAX_WAITING = env_int("SALVAGE_DISPATCH_MAX_WAITING", 8, minimum=1)
+SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5)
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 

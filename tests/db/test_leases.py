@@ -346,3 +346,45 @@ def test_outcomes_must_match_claims():
     claimed = leases.claim("w1")
     with pytest.raises(ValueError):
         leases.commit_outcomes("w1", claimed, [])
+
+
+EXPECTED_STATE = {
+    ErrorClass.NETWORK: "retry_wait",
+    ErrorClass.SERVER: "retry_wait",
+    ErrorClass.RATE_LIMITED: "retry_wait",
+    ErrorClass.UNCERTAIN_WRITE: "retry_wait",  # next attempt looks up by key first
+    ErrorClass.ACCESS: "quarantined",
+    ErrorClass.LOGIN: "quarantined",
+    ErrorClass.CHALLENGE: "quarantined",
+    ErrorClass.CONSENT: "quarantined",
+    ErrorClass.WRONG_TEMPLATE: "quarantined",
+    ErrorClass.EMPTY_SHELL: "quarantined",
+    ErrorClass.SELECTOR: "quarantined",
+    ErrorClass.BLOCKED: "quarantined",
+    ErrorClass.TOO_LARGE: "quarantined",
+    ErrorClass.REDIRECTS: "quarantined",
+    ErrorClass.BAD_ENCODING: "quarantined",
+    ErrorClass.CLIENT_ERROR: "quarantined",
+    ErrorClass.INTERNAL: "quarantined",
+    ErrorClass.NOT_FOUND: "gone",
+    ErrorClass.BUDGET_EXHAUSTED: "dead",
+}
+
+
+@pytest.mark.parametrize("error_class", list(ErrorClass))
+def test_every_failure_class_lands_in_its_state(error_class):
+    assert set(EXPECTED_STATE) == set(ErrorClass)
+    run = make_run()
+    make_tasks(run, 1)
+    (c,) = leases.claim("w1")
+    outcome = Outcome(http_status=599, error_class=error_class, error_detail="x")
+    summary = leases.commit_outcomes("w1", [c], [outcome])
+    expected = EXPECTED_STATE[error_class]
+    assert summary.states == {expected: 1}
+    task = Task.objects.get(pk=c.task_id)
+    assert (task.state, task.last_error_class, task.lease_owner) == (expected, error_class, "")
+    attempt = Attempt.objects.get(task_id=c.task_id)
+    assert attempt.error_class == error_class
+    assert attempt.outcome == {"retry_wait": "retry"}.get(expected, expected)
+    assert not Observation.objects.exists()
+    assert counters.by_state(run.pk) == {expected: 1}

@@ -1,0 +1,40 @@
+"""manage.py dispatch: wake django-q2 workers when tasks are due (run beside qcluster)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import dispatch
+
+
+class Command(BaseCommand):
+    help = "Tick every --tick seconds: wake django-q2 workers when tasks are due."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tick", type=float, default=None, help="seconds between ticks")
+        parser.add_argument("--batch", type=int, default=None, help="tasks per wake-up")
+        parser.add_argument("--once", action="store_true", help="one tick, then exit")
+
+    def handle(self, *args, **options):
+        if options["tick"] is not None and options["tick"] <= 0:
+            raise CommandError("--tick must be positive", returncode=2)
+        if options["batch"] is not None and options["batch"] < 1:
+            raise CommandError("--batch must be at least 1", returncode=2)
+        if options["once"]:
+            result = dispatch.tick(batch_size=options["batch"])
+            self.stdout.write(f"due {result.due}, waiting {result.waiting}, sent {result.sent}")
+            return
+        stop = threading.Event()
+
+        def request_stop(signum, frame):
+            stop.set()  # the current tick finishes, then the loop exits 0
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        sent = dispatch.run_dispatcher(
+            stop, tick_seconds=options["tick"], batch_size=options["batch"]
+        )
+        self.stdout.write(f"dispatcher stopped: {sent} wake-ups sent")
