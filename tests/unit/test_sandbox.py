@@ -525,3 +525,18 @@ def test_the_command_refuses_an_unknown_profile():
     )
     assert proc.returncode == 2
     assert "--faults" in proc.stderr
+
+
+def test_expected_outcomes_agree_with_the_engines_retry_table():
+    failures = pytest.importorskip("recovery.failures")
+    state_of = {"quarantine": "quarantined", "gone": "gone", "dead": "dead"}
+    for kind in site.KINDS.values():
+        if kind.error_class is None:
+            assert kind.final_state == "committed"
+            continue
+        action = str(failures.rule_for(kind.error_class).action)
+        if action == "retry":
+            # Transient kinds succeed within the budget; permanent ones exhaust it.
+            assert kind.final_state == ("committed" if kind.transient else "dead"), kind.name
+        else:
+            assert state_of[action] == kind.final_state, kind.name
