@@ -276,6 +276,11 @@ SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 
+# Remote jobs (recovery.remote): how long a sender or poller holds a job before another worker
+# may take it over, and how many failed status checks in a row send a job to the reconcile queue.
+SALVAGE_REMOTE_LEASE_SECONDS = env_int("SALVAGE_REMOTE_LEASE_SECONDS", 60, minimum=1)
+SALVAGE_REMOTE_POLL_FAILURES = env_int("SALVAGE_REMOTE_POLL_FAILURES", 10, minimum=1)
+
 # Provider credentials come from the environment only; they never reach the database.
 MESSORA_API_URL = env_str("MESSORA_API_URL", "https://api.messora.dev")
 MESSORA_API_KEY = env_str("MESSORA_API_KEY")

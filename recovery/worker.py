@@ -401,3 +401,8 @@ def run_until_idle(
         idle_wait=idle_wait,
         provider_factory=provider_factory,
     )
+
+
+# Remote-job providers: importing recovery.remote registers its send/poll step and idle check
+# (register_step / register_idle_check above), so a restarted worker resumes polling at once.
+from recovery import remote as _remote  # noqa: E402, F401

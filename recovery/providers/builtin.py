@@ -1,3 +1,6 @@
 """Imports every built-in provider module so that each registers itself."""
 
-from recovery.providers import noop  # noqa: F401
+from recovery.providers import (
+    messora,  # noqa: F401  (asynchronous: recovery.remote)
+    noop,  # noqa: F401
+)

@@ -1,0 +1,1276 @@
+"""The remote-job lifecycle shared by asynchronous providers (seeds 000, 001 and 003).
+
+Submission and collection are two separate steps, each safe to crash in:
+
+1. **Open**: due tasks of a remote dataset are taken into a RemoteJob (state `created`) together
+   with its Attempt (outcome `running`) in one transaction that COMMITS before any create call.
+   The tasks stay `leased` with `lease_owner = "remote:<job pk>"` and are *parked* (their
+   `next_attempt_at` and `lease_until` far in the future): no task claim can take them while the
+   remote job may exist, so a task is never submitted twice behind the job's back.
+2. **Send**: the sender leases the job (lease_token > 0) and commits that before sending. The
+   provider's job id is saved as soon as it arrives (`states.remote_job.attach_job_id`). A send
+   that may have reached the provider (read timeout, dropped connection, 5xx) moves the job to
+   `unknown`; so does a `created` job whose sender's lease expired (it died mid-send). Unknown
+   jobs wait for an operator (recovery.reconcile), never for an automatic resubmission.
+3. **Poll**: due `submitted`/`pending` jobs are claimed many at once with a fenced lease on the
+   RemoteJob row, polled concurrently at the provider's interval, each with its own deadline.
+   A failed status request is retried within a bounded budget (poll_failures); 429 honours
+   Retry-After; 404 -> `lookup_failed` (polling stops); SUCCESS / FAILURE / REVOKED are final.
+4. **Import**: result items are written idempotently by (job, item_index) and mapped onto our
+   tasks and observations in the transaction that marks the job `completed`, fenced by the
+   job's lease token. Per-item failures are classified with the retry table; only retriable
+   items go into a *new* job with a new attempt (RemoteJobItem.retried_in).
+
+Providers implement `RemoteProvider` (below); they never touch the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q, Sum
+from django.utils import timezone
+
+from recovery import counters, keys, logs
+from recovery.failures import Action, backoff, parse_retry_after, rule_for
+from recovery.providers.base import ErrorClass
+from recovery.states.base import check_move
+from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
+from recovery.states.task import TaskState
+
+log = logging.getLogger(__name__)
+
+# Far enough in the future that no claim ever reaches it; only the job's import or an
+# operator's resolution moves a parked task.
+PARKED = datetime(9000, 1, 1, tzinfo=UTC)
+
+# The provider's per-item statuses -> our failure classes (None = success). Only classes whose
+# retry-table action is RETRY are resubmitted, in a new job: a timeout is worth another try, a
+# challenge or an extraction failure needs a human first (seed 002's retry table).
+ITEM_POLICY: dict[str, ErrorClass | None] = {
+    "success": None,
+    "ok": None,
+    "timeout": ErrorClass.NETWORK,
+    "failed": ErrorClass.NETWORK,  # Web Scraper Cloud: a page that failed after its retries
+    "missing": ErrorClass.NETWORK,  # a submitted URL the job did not report at all
+    "blocked_antibot": ErrorClass.CHALLENGE,
+    "extraction_failed": ErrorClass.SELECTOR,
+    "empty": ErrorClass.EMPTY_SHELL,
+}
+
+
+# --- the provider side -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RemoteTask:
+    """What a provider needs to know about one task of a job (copied from input_ref)."""
+
+    task_id: int
+    url: str
+    navigation: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Submitted:
+    provider_job_id: str
+    response: dict[str, Any] = field(default_factory=dict)  # sanitised
+
+
+class SubmitRejected(Exception):
+    """The provider certainly did not create a job (nothing sent, or an explicit refusal)."""
+
+    def __init__(
+        self,
+        error_class: ErrorClass,
+        detail: str,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.error_class = error_class
+        self.detail = detail
+        self.http_status = http_status
+        self.retry_after = retry_after
+
+
+class SubmitAmbiguous(Exception):
+    """The request may have reached the provider: a job may exist (-> unknown, reconcile)."""
+
+    def __init__(self, detail: str, http_status: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.http_status = http_status
+
+
+@dataclass(slots=True)
+class RemoteItem:
+    """One result entry of a job. `payload` is None for a failed item."""
+
+    index: int
+    url: str
+    status: str
+    payload: dict[str, Any] | None = None
+
+
+class Poll:
+    PENDING = "pending"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    REVOKED = "revoked"
+    NOT_FOUND = "not_found"  # 404: unknown id or another tenant's job
+    RETRY = "retry"  # the status request itself failed (network, 5xx): not a job failure
+    RATE_LIMITED = "rate_limited"
+
+
+@dataclass(slots=True)
+class JobStatus:
+    outcome: str  # a Poll value
+    items: list[RemoteItem] = field(default_factory=list)
+    credits_used: int | None = None
+    stopped_reason: str = ""
+    retry_after: float | None = None
+    detail: str = ""
+    response: dict[str, Any] = field(default_factory=dict)  # sanitised, kept in last_response
+    result_ref: str = ""  # media: a stable object reference, not a temporary URL
+
+
+class RemoteProvider(Protocol):
+    name: str
+    remote: bool  # True: the worker calls recovery.remote, never execute_many
+    poll_interval: float  # seconds between status checks (2 s for seed 000's API)
+    poll_timeout: float  # per-job deadline, seconds after submission
+    kind: str  # RemoteJob.Kind of the jobs this provider opens
+    tasks_per_job: int
+
+    def request_options(self, tasks: list[RemoteTask], run_id: int) -> dict[str, Any]:
+        """What will be sent, without credentials (stored in RemoteJob.request_options)."""
+        ...
+
+    async def submit(self, tasks: list[RemoteTask], run_id: int) -> Submitted:
+        """Create the remote job; raise SubmitRejected or SubmitAmbiguous on failure."""
+        ...
+
+    async def status(self, provider_job_id: str) -> JobStatus:
+        """Look the job up; on success include its items."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# --- shared HTTP handling for the adapters -----------------------------------------------------
+
+_SENT_ERRORS = (
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+_NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def retry_after_of(response: httpx.Response) -> float | None:
+    return parse_retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+
+
+def excerpt(response: httpx.Response, limit: int = 500) -> str:
+    try:
+        return logs.redact(response.text[:limit])
+    except Exception:  # undecodable body: the status says enough
+        return ""
+
+
+async def send_create(
+    client: httpx.AsyncClient, method: str, url: str, *, deadline: float, **kwargs
+) -> httpx.Response:
+    """Send a create request and sort its failures into "certainly not created" (SubmitRejected)
+    and "may have been created" (SubmitAmbiguous). Returns the 2xx response."""
+    safe_url = logs.redact(url)
+    try:
+        response = await asyncio.wait_for(client.request(method, url, **kwargs), deadline)
+    except _NOT_SENT_ERRORS as exc:
+        # No connection was made: the provider cannot have seen the request.
+        raise SubmitRejected(ErrorClass.NETWORK, f"{type(exc).__name__} to {safe_url}") from None
+    except (TimeoutError, *_SENT_ERRORS) as exc:
+        raise SubmitAmbiguous(
+            f"{type(exc).__name__} after sending to {safe_url}: the job may exist"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise SubmitAmbiguous(f"{type(exc).__name__} sending to {safe_url}") from None
+    status = response.status_code
+    if 200 <= status < 300:
+        return response
+    detail = f"HTTP {status} from {safe_url}: {excerpt(response, 200)}"
+    if status == 429:
+        raise SubmitRejected(ErrorClass.RATE_LIMITED, detail, status, retry_after_of(response))
+    if status in (401, 403):
+        raise SubmitRejected(ErrorClass.ACCESS, detail, status)
+    if status == 503:
+        # "Unavailable" refuses the request before processing it (with Retry-After).
+        raise SubmitRejected(ErrorClass.SERVER, detail, status, retry_after_of(response))
+    if 400 <= status < 500:
+        raise SubmitRejected(ErrorClass.CLIENT_ERROR, detail, status)
+    # 500/502/504: the server may have created the job before failing.
+    raise SubmitAmbiguous(detail, status)
+
+
+async def send_lookup(
+    client: httpx.AsyncClient, url: str, *, deadline: float, **kwargs
+) -> httpx.Response | JobStatus:
+    """GET a status/data URL; a failed request becomes a JobStatus (RETRY, RATE_LIMITED,
+    NOT_FOUND) instead of an exception, because a failed status check is not a job failure."""
+    safe_url = logs.redact(url)
+    try:
+        response = await asyncio.wait_for(client.get(url, **kwargs), deadline)
+    except (TimeoutError, httpx.HTTPError) as exc:
+        return JobStatus(Poll.RETRY, detail=f"{type(exc).__name__} from {safe_url}")
+    status = response.status_code
+    if status == 404:
+        return JobStatus(Poll.NOT_FOUND, detail=f"HTTP 404 from {safe_url}")
+    if status == 429:
+        return JobStatus(
+            Poll.RATE_LIMITED, retry_after=retry_after_of(response), detail=f"HTTP 429 {safe_url}"
+        )
+    if status >= 300:
+        return JobStatus(
+            Poll.RETRY,
+            retry_after=retry_after_of(response) if status == 503 else None,
+            detail=f"HTTP {status} from {safe_url}: {excerpt(response, 200)}",
+        )
+    return response
+
+
+def sanitise(value: Any, depth: int = 0) -> Any:
+    """A provider response safe to store: credentials redacted, long strings and lists cut."""
+    if depth > 6:
+        return "…"
+    if isinstance(value, dict):
+        return {
+            str(k)[:100]: sanitise(v, depth + 1)
+            for k, v in list(value.items())[:50]
+            if not any(w in str(k).lower() for w in ("token", "key", "secret", "password"))
+        }
+    if isinstance(value, list):
+        return [sanitise(v, depth + 1) for v in value[:20]]
+    if isinstance(value, str):
+        return logs.redact(value[:1000])
+    return value
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def is_remote(provider_name: str) -> bool:
+    from recovery.providers import REGISTRY, builtin  # noqa: F401
+
+    factory = REGISTRY.get(provider_name)
+    return bool(factory is not None and getattr(factory, "remote", False))
+
+
+def remote_provider_names() -> list[str]:
+    from recovery.providers import REGISTRY, builtin  # noqa: F401
+
+    return [name for name, factory in REGISTRY.items() if getattr(factory, "remote", False)]
+
+
+def provider_for(dataset) -> RemoteProvider:
+    from recovery.providers import get_provider
+
+    options = dict((dataset.spec or {}).get("provider_options") or {})
+    return get_provider(dataset.provider, **options)
+
+
+def owner_of(job_pk: int) -> str:
+    return f"remote:{job_pk}"
+
+
+def lease_seconds() -> int:
+    return int(getattr(settings, "SALVAGE_REMOTE_LEASE_SECONDS", 60))
+
+
+def poll_failure_budget() -> int:
+    return int(getattr(settings, "SALVAGE_REMOTE_POLL_FAILURES", 10))
+
+
+def _fault(name: str) -> None:
+    """A crash point for the tests (recovery.faults.point when it knows the name)."""
+    from recovery import faults
+
+    if name in getattr(faults, "POINTS", ()):
+        faults.point(name)
+    elif os.environ.get("SALVAGE_FAULT_POINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _guarded(job_pk: int, source: str, target: str, fence: dict | None = None, **fields) -> bool:
+    """One compare-and-set UPDATE of a job's state (and its lease when `fence` is given)."""
+    from recovery.models import RemoteJob
+
+    check_move("remote job", ALLOWED, [source], target)
+    return bool(
+        RemoteJob.objects.filter(pk=job_pk, state=source, **(fence or {})).update(
+            state=target, updated_at=timezone.now(), **fields
+        )
+    )
+
+
+def _tasks_of(job) -> list[RemoteTask]:
+    return [
+        RemoteTask(t["id"], t["url"], t.get("navigation") or {})
+        for t in (job.input_ref or {}).get("tasks", [])
+    ]
+
+
+def _move_job_tasks(
+    job_pk: int, task_ids: list[int] | None, target: str, **fields
+) -> list[tuple[int, str]]:
+    """Move the tasks still held by a job (owner "remote:<pk>") out of `leased`; returns the
+    (task pk, partition) pairs that moved. Counters are recorded in the caller's transaction."""
+    from recovery.models import Task
+
+    check_move("task", {TaskState.LEASED: frozenset({target})}, [TaskState.LEASED], target)
+    held = Task.objects.filter(state=TaskState.LEASED, lease_owner=owner_of(job_pk))
+    if task_ids is not None:
+        held = held.filter(pk__in=task_ids)
+    rows = list(held.values_list("pk", "run_id", "partition"))
+    if not rows:
+        return []
+    now = timezone.now()
+    if target != TaskState.LEASED:
+        fields.setdefault("lease_owner", "")
+        fields.setdefault("lease_until", None)
+    moved = Task.objects.filter(
+        pk__in=[r[0] for r in rows], state=TaskState.LEASED, lease_owner=owner_of(job_pk)
+    ).update(state=target, state_changed_at=now, **fields)
+    if moved != len(rows):  # the rows were read in this transaction; a mismatch is a bug
+        raise RuntimeError(f"remote job {job_pk}: task moves raced ({moved}/{len(rows)})")
+    if target != TaskState.LEASED:
+        per: dict[tuple[int, str], int] = defaultdict(int)
+        for _pk, run_id, partition in rows:
+            per[(run_id, partition)] += 1
+        counters.record(
+            [(run_id, part, TaskState.LEASED, target, n) for (run_id, part), n in per.items()]
+        )
+    return [(r[0], r[2]) for r in rows]
+
+
+def _retry_delay(attempt_count: int, retry_after: float | None) -> float:
+    if retry_after is not None:
+        return retry_after
+    return backoff(attempt_count, settings.SALVAGE_BACKOFF_BASE, settings.SALVAGE_BACKOFF_CAP)
+
+
+def _settle_tasks(job, task_ids: list[int], error_class: ErrorClass, retry_after=None) -> None:
+    """Release a job's tasks after a failure the retry table decides (no result items)."""
+    from recovery.models import Task
+
+    action = rule_for(error_class).action
+    max_attempts = job.run.dataset.max_attempts
+    if action == Action.RETRY:
+        tasks = Task.objects.filter(pk__in=task_ids, lease_owner=owner_of(job.pk))
+        spent = [t.pk for t in tasks if t.attempt_count >= max_attempts]
+        fresh = [t.pk for t in tasks if t.attempt_count < max_attempts]
+        if spent:
+            _move_job_tasks(
+                job.pk, spent, TaskState.DEAD, last_error_class=ErrorClass.BUDGET_EXHAUSTED
+            )
+        if fresh:
+            delay = _retry_delay(min(t.attempt_count for t in tasks), retry_after)
+            when = timezone.now() + timedelta(seconds=delay)
+            _move_job_tasks(
+                job.pk,
+                fresh,
+                TaskState.RETRY_WAIT,
+                next_attempt_at=when,
+                last_error_class=str(error_class),
+            )
+        return
+    target = {
+        Action.QUARANTINE: TaskState.QUARANTINED,
+        Action.GONE: TaskState.GONE,
+        Action.DEAD: TaskState.DEAD,
+    }.get(action, TaskState.QUARANTINED)
+    _move_job_tasks(job.pk, task_ids, target, last_error_class=str(error_class))
+
+
+# --- opening jobs -------------------------------------------------------------------------------
+
+
+def _create_job(run, provider, task_rows: list, *, worker: str, replaces=None, lease: bool):
+    """Insert the Attempt (running) and the RemoteJob (created) for tasks; the caller's
+    transaction commits them before anything is sent. `task_rows` are Task objects."""
+    from recovery.models import Attempt, RemoteJob
+
+    now = timezone.now()
+    remote_tasks = [RemoteTask(t.pk, t.url, t.navigation or {}) for t in task_rows]
+    attempt = Attempt.objects.create(
+        task=task_rows[0],
+        run=run,
+        worker=worker,
+        scraper_version=run.scraper_version,
+        outcome=Attempt.Outcome.RUNNING,
+        replaces=replaces.attempt if replaces is not None else None,
+    )
+    job = RemoteJob.objects.create(
+        attempt=attempt,
+        run=run,
+        provider=provider.name,
+        kind=provider.kind,
+        input_ref={
+            "tasks": [
+                {"id": t.task_id, "url": t.url, "navigation": t.navigation} for t in remote_tasks
+            ]
+        },
+        request_options=sanitise(provider.request_options(remote_tasks, run.pk)),
+        replaces=replaces,
+        # lease_token 1 = "a sender has it": the creating worker sends right after COMMIT.
+        lease_owner=worker if lease else "",
+        lease_until=now + timedelta(seconds=lease_seconds()) if lease else None,
+        lease_token=1 if lease else 0,
+    )
+    return job
+
+
+def _take_tasks(
+    job, task_ids: list[int], *, from_owner: str | None, from_states, count_attempt: bool = True
+) -> int:
+    """Hand tasks to a job: leased to "remote:<pk>", parked, attempt counted (unless the
+    engine's claim already counted it)."""
+    from recovery.models import Task
+
+    now = timezone.now()
+    filters = Q(pk__in=task_ids, state__in=from_states)
+    if from_owner is not None:
+        filters &= Q(lease_owner=from_owner)
+    rows = list(Task.objects.filter(filters).values_list("pk", "partition", "state"))
+    if not rows:
+        return 0
+    Task.objects.filter(pk__in=[r[0] for r in rows]).update(
+        state=TaskState.LEASED,
+        lease_owner=owner_of(job.pk),
+        lease_token=F("lease_token") + 1,
+        lease_until=PARKED,
+        next_attempt_at=PARKED,
+        attempt_count=F("attempt_count") + (1 if count_attempt else 0),
+        state_changed_at=now,
+    )
+    Task.objects.filter(pk__in=[r[0] for r in rows], first_attempt_at__isnull=True).update(
+        first_attempt_at=now
+    )
+    per: dict[tuple[str, str], int] = defaultdict(int)
+    for _pk, partition, state in rows:
+        per[(partition, state)] += 1
+    counters.record(
+        [(job.run_id, part, state, TaskState.LEASED, n) for (part, state), n in per.items()]
+    )
+    return len(rows)
+
+
+def open_jobs(worker_id: str, *, max_jobs: int = 4) -> list[int]:
+    """Take due tasks of remote datasets into new jobs (committed before any send).
+
+    Returns the pks of the jobs opened, already leased to `worker_id` for sending.
+    """
+    from recovery.models import Task
+
+    names = remote_provider_names()
+    opened: list[int] = []
+    for _ in range(max_jobs):
+        with transaction.atomic():
+            now = timezone.now()
+            due = (
+                Task.objects.select_for_update(skip_locked=True)
+                .filter(
+                    state__in=[TaskState.PENDING, TaskState.RETRY_WAIT],
+                    next_attempt_at__lte=now,
+                    run__dataset__provider__in=names,
+                )
+                .order_by("-priority", "next_attempt_at")
+            )
+            first = due.select_related("run__dataset").first()
+            if first is None:
+                break
+            run = first.run
+            provider = provider_for(run.dataset)
+            rows = list(due.filter(run=run)[: max(1, provider.tasks_per_job)])
+            job = _create_job(run, provider, rows, worker=worker_id, lease=True)
+            _take_tasks(
+                job,
+                [t.pk for t in rows],
+                from_owner=None,
+                from_states=[TaskState.PENDING, TaskState.RETRY_WAIT],
+            )
+            opened.append(job.pk)
+    return opened
+
+
+def submit_claimed(worker_id: str, claimed: list) -> bool:
+    """The worker loop's step for a remote provider, instead of `execute_many`.
+
+    `claimed` are TaskInputs the engine leased to `worker_id`; they are handed to new jobs
+    (fenced by the worker's own lease tokens), committed, then sent.
+    """
+    from recovery.models import Run, Task
+
+    if not claimed:
+        return False
+    by_run: dict[int, list] = defaultdict(list)
+    for t in claimed:
+        by_run[t.run_id].append(t)
+    jobs: list[int] = []
+    for run_id, inputs in by_run.items():
+        run = Run.objects.select_related("dataset").get(pk=run_id)
+        provider = provider_for(run.dataset)
+        size = max(1, provider.tasks_per_job)
+        for start in range(0, len(inputs), size):
+            chunk = inputs[start : start + size]
+            with transaction.atomic():
+                fence = Q()
+                for t in chunk:
+                    fence |= Q(pk=t.task_id, lease_token=t.lease_token)
+                rows = list(
+                    Task.objects.filter(fence, state=TaskState.LEASED, lease_owner=worker_id)
+                )
+                if not rows:
+                    continue  # every lease was lost meanwhile: nothing to submit
+                job = _create_job(run, provider, rows, worker=worker_id, lease=True)
+                _take_tasks(
+                    job,
+                    [t.pk for t in rows],
+                    from_owner=worker_id,
+                    from_states=[TaskState.LEASED],
+                    count_attempt=False,  # the engine's claim counted this attempt
+                )
+                jobs.append(job.pk)
+    if jobs:
+        send_jobs(worker_id, jobs)
+    return bool(jobs)
+
+
+def claim_unsent(worker_id: str, limit: int = 20) -> list[int]:
+    """Lease `created` jobs that no sender ever took (retry and replacement jobs)."""
+    from recovery.models import RemoteJob
+
+    with transaction.atomic():
+        pks = list(
+            RemoteJob.objects.select_for_update(skip_locked=True)
+            .filter(state=RemoteJobState.CREATED, lease_token=0)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not pks:
+            return []
+        RemoteJob.objects.filter(pk__in=pks, lease_token=0).update(
+            lease_owner=worker_id,
+            lease_token=1,
+            lease_until=timezone.now() + timedelta(seconds=lease_seconds()),
+            updated_at=timezone.now(),
+        )
+    return pks
+
+
+def reap_abandoned_sends() -> int:
+    """A `created` job whose sender's lease expired: the sender died somewhere around the
+    create call, so the provider may or may not have the job -> unknown (reconcile)."""
+    from recovery.models import Attempt, RemoteJob
+
+    moved = 0
+    now = timezone.now()
+    stale = RemoteJob.objects.filter(
+        state=RemoteJobState.CREATED, lease_token__gt=0, lease_until__lt=now
+    ).values_list("pk", "lease_token", "attempt_id")
+    for pk, token, attempt_id in list(stale):
+        with transaction.atomic():
+            if _guarded(
+                pk,
+                RemoteJobState.CREATED,
+                RemoteJobState.UNKNOWN,
+                fence={"lease_token": token, "lease_until__lt": now},
+                lease_owner="",
+                lease_until=None,
+                last_response={"error": "the sender stopped during the create call"},
+            ):
+                Attempt.objects.filter(pk=attempt_id).update(
+                    outcome=Attempt.Outcome.UNKNOWN,
+                    finished_at=now,
+                    error_detail="sender lost during the create call; the job may exist",
+                )
+                moved += 1
+                log.warning("remote job %s: sender lost mid-send -> unknown (reconcile)", pk)
+    return moved
+
+
+# --- sending ------------------------------------------------------------------------------------
+
+
+def send_jobs(worker_id: str, job_pks: list[int]) -> int:
+    """Send the create call of each job leased to us; record each outcome. Returns jobs sent."""
+    from recovery.models import RemoteJob
+
+    jobs = list(
+        RemoteJob.objects.select_related("run__dataset").filter(
+            pk__in=job_pks, state=RemoteJobState.CREATED, lease_owner=worker_id
+        )
+    )
+    if not jobs:
+        return 0
+    providers = {job.pk: provider_for(job.run.dataset) for job in jobs}
+
+    async def send_all():
+        async def one(job):
+            try:
+                return await providers[job.pk].submit(_tasks_of(job), job.run_id)
+            except (SubmitRejected, SubmitAmbiguous) as exc:
+                return exc
+            except Exception as exc:  # an adapter bug: we cannot tell what was sent
+                return SubmitAmbiguous(f"{type(exc).__name__}: {logs.redact(str(exc))}")
+
+        try:
+            return await asyncio.gather(*(one(job) for job in jobs))
+        finally:
+            for provider in providers.values():
+                await provider.aclose()
+
+    results = asyncio.run(send_all())
+    for job, result in zip(jobs, results, strict=True):
+        _record_send(job, providers[job.pk], result)
+    return len(jobs)
+
+
+def _record_send(job, provider, result) -> None:
+    from recovery.models import Attempt
+
+    now = timezone.now()
+    fence = {"lease_owner": job.lease_owner, "lease_token": job.lease_token}
+    if isinstance(result, Submitted):
+        # The provider has the job; until the next line commits, only its id in flight exists.
+        _fault("after_submit_before_save")
+        poll = {
+            "next_poll_at": now + timedelta(seconds=provider.poll_interval),
+            "poll_deadline": now + timedelta(seconds=provider.poll_timeout),
+            "lease_owner": "",
+            "lease_until": None,
+            "last_response": sanitise(result.response),
+            "poll_failures": 0,
+        }
+        with transaction.atomic():
+            from recovery.states import remote_job
+
+            try:
+                remote_job.attach_job_id(job.pk, result.provider_job_id, **poll)
+            except ValueError:
+                # Our lease expired meanwhile and the reaper parked the job in `unknown`: we do
+                # know the id for certain, so attach it there (the operator's move, with proof).
+                remote_job.attach_job_id(
+                    job.pk, result.provider_job_id, source=RemoteJobState.UNKNOWN, **poll
+                )
+            Attempt.objects.filter(pk=job.attempt_id).update(
+                outcome=Attempt.Outcome.SUBMITTED, finished_at=now
+            )
+        log.info("remote job %s: %s job %s submitted", job.pk, job.provider, result.provider_job_id)
+        return
+    if isinstance(result, SubmitAmbiguous):
+        with transaction.atomic():
+            if _guarded(
+                job.pk,
+                RemoteJobState.CREATED,
+                RemoteJobState.UNKNOWN,
+                fence=fence,
+                lease_owner="",
+                lease_until=None,
+                last_response={"error": result.detail, "status": result.http_status},
+            ):
+                Attempt.objects.filter(pk=job.attempt_id).update(
+                    outcome=Attempt.Outcome.UNKNOWN,
+                    finished_at=now,
+                    http_status=result.http_status,
+                    error_detail=result.detail,
+                )
+        log.warning("remote job %s: submission outcome unknown -> reconcile: %s", job.pk, result)
+        return
+    # SubmitRejected: certainly nothing was created; the tasks follow the retry table.
+    with transaction.atomic():
+        if not _guarded(
+            job.pk,
+            RemoteJobState.CREATED,
+            RemoteJobState.FAILED,
+            fence=fence,
+            lease_owner="",
+            lease_until=None,
+            last_response={"error": result.detail, "status": result.http_status},
+        ):
+            return
+        action = rule_for(result.error_class).action
+        Attempt.objects.filter(pk=job.attempt_id).update(
+            outcome=Attempt.Outcome.RETRY
+            if action == Action.RETRY
+            else Attempt.Outcome.QUARANTINED,
+            finished_at=now,
+            http_status=result.http_status,
+            error_class=str(result.error_class),
+            error_detail=result.detail,
+        )
+        _settle_tasks(
+            job, [t.task_id for t in _tasks_of(job)], result.error_class, result.retry_after
+        )
+    log.warning("remote job %s: create refused (%s): %s", job.pk, result.error_class, result)
+
+
+def submit_step(worker_id: str) -> bool:
+    """Open jobs for due tasks, claim unsent ones, send them all. True if it did work."""
+    reaped = reap_abandoned_sends()
+    pks = open_jobs(worker_id) + claim_unsent(worker_id)
+    if pks:
+        send_jobs(worker_id, pks)
+    return bool(pks or reaped)
+
+
+# --- polling ------------------------------------------------------------------------------------
+
+
+def claim_due_polls(worker_id: str, limit: int = 50) -> list[tuple[int, int]]:
+    """Lease due jobs for one poll each: (pk, lease_token). Two workers never poll one job."""
+    from recovery.models import RemoteJob
+
+    now = timezone.now()
+    with transaction.atomic():
+        pks = list(
+            RemoteJob.objects.select_for_update(skip_locked=True)
+            .filter(state__in=list(POLLABLE), next_poll_at__lte=now)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+            .order_by("next_poll_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not pks:
+            return []
+        RemoteJob.objects.filter(pk__in=pks).filter(
+            Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+        ).update(
+            lease_owner=worker_id,
+            lease_token=F("lease_token") + 1,
+            lease_until=now + timedelta(seconds=lease_seconds()),
+            last_polled_at=now,
+        )
+        return list(
+            RemoteJob.objects.filter(pk__in=pks, lease_owner=worker_id).values_list(
+                "pk", "lease_token"
+            )
+        )
+
+
+def poll_step(worker_id: str, limit: int = 50) -> bool:
+    """Poll every due job (many at once), then commit each answer under its lease."""
+    from recovery.models import RemoteJob
+
+    claimed = dict(claim_due_polls(worker_id, limit))
+    if not claimed:
+        return False
+    jobs = list(RemoteJob.objects.select_related("run__dataset").filter(pk__in=list(claimed)))
+    providers = {job.pk: provider_for(job.run.dataset) for job in jobs}
+
+    async def poll_all():
+        async def one(job):
+            try:
+                return await providers[job.pk].status(job.provider_job_id)
+            except Exception as exc:  # an adapter bug or a malformed answer: check again later
+                return JobStatus(Poll.RETRY, detail=f"{type(exc).__name__}: {exc}")
+
+        try:
+            return await asyncio.gather(*(one(job) for job in jobs))
+        finally:
+            for provider in providers.values():
+                await provider.aclose()
+
+    results = asyncio.run(poll_all())
+    for job, status in zip(jobs, results, strict=True):
+        _fault("after_poll_before_commit")
+        try:
+            record_poll(job, claimed[job.pk], status, providers[job.pk])
+        except Exception:
+            log.exception(
+                "remote job %s: recording the poll failed; it will be polled again", job.pk
+            )
+    return True
+
+
+def record_poll(job, token: int, status: JobStatus, provider) -> bool:
+    """Commit one poll's answer, fenced by the job's lease token. False if we lost the lease."""
+    now = timezone.now()
+    fence = {"lease_token": token}
+    release = {"lease_owner": "", "lease_until": None, "last_polled_at": now}
+    detail = logs.redact(status.detail)
+    outcome = status.outcome
+    if outcome == Poll.SUCCESS:
+        return import_results(job, token, status)
+    with transaction.atomic():
+        if outcome in (Poll.FAILURE, Poll.REVOKED):
+            target = RemoteJobState.FAILED if outcome == Poll.FAILURE else RemoteJobState.REVOKED
+            if not _guarded(
+                job.pk,
+                job.state,
+                target,
+                fence=fence,
+                last_response=status.response or {"error": detail},
+                credits_used=status.credits_used or job.credits_used,
+                **release,
+            ):
+                return False
+            _finish_job_attempt(job, outcome, detail)
+            ids = [t.task_id for t in _tasks_of(job)]
+            if outcome == Poll.FAILURE:
+                # The provider says the job failed: a new attempt may be worth it (retry table).
+                _settle_tasks(job, ids, ErrorClass.SERVER)
+            else:
+                _move_job_tasks(job.pk, ids, TaskState.DEAD, last_error_class="remote_revoked")
+            return True
+        if outcome == Poll.NOT_FOUND:
+            moved = _guarded(
+                job.pk,
+                job.state,
+                RemoteJobState.LOOKUP_FAILED,
+                fence=fence,
+                last_response={"error": detail, "status": 404},
+                **release,
+            )
+            if moved:
+                log.warning("remote job %s: 404 on lookup -> lookup_failed (polling stops)", job.pk)
+            return moved
+        if outcome in (Poll.RETRY, Poll.RATE_LIMITED):
+            failures = job.poll_failures + (1 if outcome == Poll.RETRY else 0)
+            if failures > poll_failure_budget():
+                return _guarded(
+                    job.pk,
+                    job.state,
+                    RemoteJobState.LOOKUP_FAILED,
+                    fence=fence,
+                    poll_failures=failures,
+                    last_response={"error": f"{failures} status checks failed; last: {detail}"},
+                    **release,
+                )
+            if status.retry_after is not None:
+                delay = max(status.retry_after, provider.poll_interval)
+            else:
+                delay = provider.poll_interval + backoff(failures, provider.poll_interval, 60.0)
+            return _still_pending(
+                job, fence, release, now + timedelta(seconds=delay), failures, detail
+            )
+        # Still pending: poll again after the provider's interval, unless the deadline passed.
+        if job.poll_deadline is not None and now >= job.poll_deadline:
+            return _guarded(
+                job.pk,
+                job.state,
+                RemoteJobState.LOOKUP_FAILED,
+                fence=fence,
+                last_response={
+                    **(status.response or {}),
+                    "error": "deadline exceeded: the job is still not finished",
+                    "deadline": job.poll_deadline.isoformat(),
+                },
+                **release,
+            )
+        return _still_pending(
+            job,
+            fence,
+            release,
+            now + timedelta(seconds=provider.poll_interval),
+            0,
+            "",
+            response=status.response,
+        )
+
+
+def _still_pending(job, fence, release, next_at, failures, detail, response=None) -> bool:
+    from recovery.models import RemoteJob
+
+    check_move("remote job", ALLOWED, [job.state], RemoteJobState.PENDING)
+    fields = {
+        "state": RemoteJobState.PENDING,
+        "next_poll_at": next_at,
+        "poll_failures": failures,
+        "updated_at": timezone.now(),
+        **release,
+    }
+    if response:
+        fields["last_response"] = response
+    elif detail:
+        fields["last_response"] = {"error": detail}
+    return bool(RemoteJob.objects.filter(pk=job.pk, state=job.state, **fence).update(**fields))
+
+
+def _finish_job_attempt(job, outcome: str, detail: str = "") -> None:
+    from recovery.models import Attempt
+
+    mapping = {
+        Poll.SUCCESS: Attempt.Outcome.COMMITTED,
+        Poll.FAILURE: Attempt.Outcome.RETRY,
+        Poll.REVOKED: Attempt.Outcome.DEAD,
+    }
+    Attempt.objects.filter(pk=job.attempt_id).update(
+        outcome=mapping[outcome], finished_at=timezone.now(), error_detail=detail[:2000]
+    )
+
+
+# --- importing results ---------------------------------------------------------------------------
+
+
+def _entity_key(spec: dict, item: RemoteItem) -> str:
+    rule = (spec or {}).get("entity_key") or {"from": "url"}
+    if "field" in rule and item.payload and item.payload.get(rule["field"]) not in (None, ""):
+        return str(item.payload[rule["field"]])
+    try:
+        return keys.canonical_url(item.url)
+    except keys.InvalidURL:
+        return item.url
+
+
+def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int], kind: str):
+    if len(tasks) == 1 and kind != "batch":
+        return tasks[0].task_id
+    try:
+        return by_url.get(keys.canonical_url(item.url))
+    except keys.InvalidURL:
+        return None
+
+
+def upsert_observation(run, task_pk: int, partition: str, entity_key: str, payload, attempt_pk):
+    """Insert-or-update by observation key; an unchanged payload writes nothing."""
+    from recovery.models import Observation
+
+    key = keys.observation_key(run.dataset.name, entity_key, run.window)
+    payload_json = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = keys.payload_hash(payload_json)
+    obs, created = Observation.objects.get_or_create(
+        observation_key=key,
+        defaults={
+            "run": run,
+            "entity_key": entity_key[:500],
+            "window": run.window,
+            "partition": partition,
+            "payload": payload,
+            "payload_hash": digest,
+            "source_task_id": task_pk,
+            "source_attempt_id": attempt_pk,
+            "scraper_version": run.scraper_version,
+        },
+    )
+    if not created and obs.payload_hash != digest and obs.run_id == run.pk:
+        Observation.objects.filter(pk=obs.pk).update(
+            payload=payload,
+            payload_hash=digest,
+            source_attempt_id=attempt_pk,
+            updated_at=timezone.now(),
+        )
+    return obs
+
+
+def import_results(job, token: int, status: JobStatus) -> bool:
+    """Commit a SUCCESS job: items by (job, item_index), observations by key, task outcomes,
+    retry job for retriable items, job -> completed, all in one transaction fenced by the
+    job's lease token. Safe to repeat (a re-sync after Continue adds only the new items)."""
+    from recovery.models import Attempt, RemoteJob, RemoteJobItem, Run, Task
+
+    now = timezone.now()
+    with transaction.atomic():
+        # The fence, and on PostgreSQL the row lock that serialises importers of this job.
+        if not RemoteJob.objects.filter(
+            pk=job.pk, lease_token=token, state__in=list(POLLABLE)
+        ).update(updated_at=now):
+            return False
+        run = Run.objects.select_related("dataset").get(pk=job.run_id)
+        spec = run.dataset.spec or {}
+        tasks = _tasks_of(job)
+        task_rows = {t.pk: t for t in Task.objects.filter(pk__in=[t.task_id for t in tasks])}
+        by_url: dict[str, int] = {}
+        for t in tasks:
+            try:
+                by_url[keys.canonical_url(t.url)] = t.task_id
+            except keys.InvalidURL:
+                by_url[t.url] = t.task_id
+        existing = set(RemoteJobItem.objects.filter(job=job).values_list("item_index", flat=True))
+        held = {
+            pk
+            for pk, t in task_rows.items()
+            if t.state == TaskState.LEASED and t.lease_owner == owner_of(job.pk)
+        }
+
+        # Pass 1: classify the new items and decide each held task's outcome.
+        new_items: list[tuple[RemoteItem, int | None, ErrorClass | None]] = []
+        good: dict[int, int] = defaultdict(int)
+        bad: dict[int, list[ErrorClass]] = defaultdict(list)
+        reported: set[int] = set()
+        for item in status.items:
+            task_pk = _task_for(item, tasks, by_url, job.kind)
+            if task_pk is not None:
+                reported.add(task_pk)
+            cls = ITEM_POLICY.get(item.status, ErrorClass.INTERNAL)
+            if cls is None and item.payload is None:
+                cls = ErrorClass.EMPTY_SHELL
+            if item.index in existing:
+                continue
+            new_items.append((item, task_pk, cls))
+            if task_pk is None:
+                continue
+            if cls is None:
+                good[task_pk] += 1
+            else:
+                bad[task_pk].append(cls)
+        if job.kind == "batch":
+            for pk in held - reported:
+                bad[pk].append(ErrorClass.NETWORK)  # submitted, but the job said nothing of it
+
+        outcomes: dict[int, tuple[str, ErrorClass | None]] = {}
+        for pk in held:
+            if good.get(pk) or (job.kind != "batch" and not bad.get(pk)):
+                outcomes[pk] = (TaskState.COMMITTED, None)
+                continue
+            classes = bad.get(pk) or [ErrorClass.NETWORK]
+            retriable = [c for c in classes if rule_for(c).action == Action.RETRY]
+            if len(retriable) == len(classes):
+                if task_rows[pk].attempt_count >= run.dataset.max_attempts:
+                    outcomes[pk] = (TaskState.DEAD, ErrorClass.BUDGET_EXHAUSTED)
+                else:
+                    outcomes[pk] = ("retry", classes[0])
+            else:
+                worst = next(c for c in classes if c not in retriable)
+                outcomes[pk] = (
+                    TaskState.GONE
+                    if rule_for(worst).action == Action.GONE
+                    else TaskState.QUARANTINED,
+                    worst,
+                )
+
+        # One attempt per held task records what this job did for it (guarantee 3).
+        attempt_of: dict[int, Any] = {}
+        outcome_names = {
+            TaskState.COMMITTED: Attempt.Outcome.COMMITTED,
+            TaskState.QUARANTINED: Attempt.Outcome.QUARANTINED,
+            TaskState.GONE: Attempt.Outcome.GONE,
+            TaskState.DEAD: Attempt.Outcome.DEAD,
+            "retry": Attempt.Outcome.RETRY,
+        }
+        for pk, (target, cls) in outcomes.items():
+            attempt_of[pk] = Attempt(
+                task_id=pk,
+                run=run,
+                worker=owner_of(job.pk),
+                lease_token=task_rows[pk].lease_token,
+                scraper_version=run.scraper_version,
+                started_at=job.submitted_at or job.created_at,
+                finished_at=now,
+                outcome=outcome_names[target],
+                error_class=str(cls) if cls else "",
+                artefact={
+                    "remote_job": job.pk,
+                    "provider": job.provider,
+                    "provider_job_id": job.provider_job_id,
+                },
+            )
+        Attempt.objects.bulk_create(list(attempt_of.values()))
+
+        # Pass 2: observations and items (insert-if-missing by (job, item_index)).
+        item_rows = []
+        for item, task_pk, cls in new_items:
+            obs = None
+            if cls is None and task_pk is not None:
+                partition = task_rows[task_pk].partition if task_pk in task_rows else ""
+                attempt = attempt_of.get(task_pk)
+                obs = upsert_observation(
+                    run,
+                    task_pk,
+                    partition,
+                    _entity_key(spec, item),
+                    sanitise(item.payload) if item.payload else {},
+                    attempt.pk if attempt is not None else job.attempt_id,
+                )
+            item_rows.append(
+                RemoteJobItem(
+                    job=job,
+                    item_index=item.index,
+                    url=logs.redact(item.url)[:2000],
+                    status=item.status[:32],
+                    task_id=task_pk,
+                    observation=obs,
+                )
+            )
+        RemoteJobItem.objects.bulk_create(item_rows, ignore_conflicts=True)
+
+        # Task moves, under the job's own lease on them.
+        retry_ids = [pk for pk, (target, _c) in outcomes.items() if target == "retry"]
+        for target in (TaskState.COMMITTED, TaskState.QUARANTINED, TaskState.GONE, TaskState.DEAD):
+            for cls in {c for t, c in outcomes.values() if t == target}:
+                ids = [pk for pk, (t, c) in outcomes.items() if t == target and c == cls]
+                _move_job_tasks(job.pk, ids, target, last_error_class=str(cls) if cls else "")
+        retry_job = None
+        if retry_ids:
+            # Only the retriable items go again, in a new job with a new attempt; a sender
+            # picks it up (lease_token 0 = never sent). The whole job is never resubmitted.
+            provider = provider_for(run.dataset)
+            rows = [task_rows[pk] for pk in retry_ids]
+            retry_job = _create_job(run, provider, rows, worker=owner_of(job.pk), lease=False)
+            _take_tasks(
+                retry_job, retry_ids, from_owner=owner_of(job.pk), from_states=[TaskState.LEASED]
+            )
+            RemoteJobItem.objects.filter(
+                job=job, task_id__in=retry_ids, retried_in__isnull=True
+            ).exclude(status__in=["success", "ok"]).update(retried_in=retry_job)
+
+        stopped = (status.stopped_reason or "")[:64]
+        fields = {
+            "credits_used": status.credits_used
+            if status.credits_used is not None
+            else job.credits_used,
+            "stopped_reason": stopped,
+            "last_response": status.response,
+            "lease_owner": "",
+            "lease_until": None,
+            "last_polled_at": now,
+            "poll_failures": 0,
+        }
+        if status.result_ref:
+            fields["result_ref"] = status.result_ref[:500]
+        if not _guarded(
+            job.pk, job.state, RemoteJobState.COMPLETED, fence={"lease_token": token}, **fields
+        ):
+            raise RuntimeError(f"remote job {job.pk}: lost its lease during the import")
+        _finish_job_attempt(job, Poll.SUCCESS)
+        if stopped:
+            note = (
+                f"{job.provider} {job.kind} job {job.provider_job_id} stopped early "
+                f"({stopped}): its results are incomplete"
+            )
+            Run.objects.filter(pk=run.pk).exclude(coverage_note__contains=note).update(
+                coverage_note=(f"{run.coverage_note}\n{note}" if run.coverage_note else note)
+            )
+        if status.result_ref and hasattr(provider_for(run.dataset), "handoff"):
+            from recovery.models import OutboxEvent
+
+            # The media handoff is its own delivery machine, announced through the outbox in
+            # this transaction (written once: the job can complete only once per lease).
+            if RemoteJob.objects.filter(pk=job.pk, handoff_state="").update(handoff_state="unsent"):
+                OutboxEvent.objects.create(
+                    run=run,
+                    event_type=OutboxEvent.Kind.MEDIA_HANDOFF,
+                    payload={
+                        "remote_job": job.pk,
+                        "provider": job.provider,
+                        "provider_job_id": job.provider_job_id,
+                        "result_ref": status.result_ref,
+                    },
+                )
+    log.info(
+        "remote job %s: imported %d new items%s",
+        job.pk,
+        len(new_items),
+        f", {len(retry_ids)} tasks into retry job {retry_job.pk}" if retry_job else "",
+    )
+    return True
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def credits_by_run(run_id: int) -> int:
+    from recovery.models import RemoteJob
+
+    return RemoteJob.objects.filter(run_id=run_id).aggregate(n=Sum("credits_used"))["n"] or 0
+
+
+def reconcile_queue():
+    """Jobs waiting for an operator: unknown submissions and lookup failures."""
+    from recovery.models import RemoteJob
+    from recovery.states.remote_job import RECONCILE
+
+    return RemoteJob.objects.filter(state__in=list(RECONCILE)).order_by("updated_at")
+
+
+def mark_due(job_pk: int) -> bool:
+    """Ask for a prompt status check (a webhook's hint). A completed job is re-opened for a
+    re-synchronisation (Continue can add rows to a finished job); nothing is imported here."""
+    from recovery.models import RemoteJob
+
+    now = timezone.now()
+    with transaction.atomic():
+        if RemoteJob.objects.filter(pk=job_pk, state__in=list(POLLABLE)).update(
+            next_poll_at=now, updated_at=now
+        ):
+            return True
+        job = RemoteJob.objects.filter(pk=job_pk).first()
+        if job is None or job.state != RemoteJobState.COMPLETED:
+            return False
+        deadline = now + timedelta(seconds=provider_for(job.run.dataset).poll_timeout)
+        return _guarded(
+            job_pk,
+            RemoteJobState.COMPLETED,
+            RemoteJobState.PENDING,
+            next_poll_at=now,
+            poll_deadline=deadline,
+            poll_failures=0,
+        )
+
+
+# --- the loop (the worker calls these steps; `run_loop` serves a dedicated poller process) ------
+
+
+def step(worker_id: str) -> bool:
+    """One round: reap lost senders, open and send jobs, poll due jobs."""
+    sent = submit_step(worker_id)
+    polled = poll_step(worker_id)
+    return sent or polled
+
+
+def worker_step(worker_id: str) -> bool:
+    """The step the engine's worker loop runs after each batch (recovery.worker hooks): the
+    engine's claim already hands remote tasks to `submit_claimed`, so this step only sends
+    jobs nobody sent yet (retries, operator replacements), reaps lost senders and polls."""
+    reaped = reap_abandoned_sends()
+    unsent = claim_unsent(worker_id)
+    if unsent:
+        send_jobs(worker_id, unsent)
+    polled = poll_step(worker_id)
+    return bool(reaped or unsent or polled)
+
+
+def _register_with_worker() -> None:
+    from recovery import worker
+
+    worker.register_step(worker_step)
+    worker.register_idle_check(_has_live_jobs)
+
+
+def run_loop(worker_id: str, *, until_idle: bool = False, idle_sleep: float = 0.2) -> None:
+    """Run `step` until SIGTERM/SIGINT (the current step finishes first)."""
+    stop = {"flag": False}
+
+    def ask_stop(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, ask_stop)
+    signal.signal(signal.SIGINT, ask_stop)
+    while not stop["flag"]:
+        did = step(worker_id)
+        if not did:
+            if until_idle and not _has_live_jobs():
+                return
+            time.sleep(idle_sleep)
+
+
+def _has_live_jobs() -> bool:
+    from recovery.models import RemoteJob
+
+    return RemoteJob.objects.filter(state__in=[RemoteJobState.CREATED, *POLLABLE]).exists()
+
+
+_register_with_worker()
