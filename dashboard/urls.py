@@ -6,11 +6,33 @@ from dashboard import views
 app_name = "dashboard"
 
 urlpatterns = [
-    path("", views.runs, name="runs"),
+    path("", views.home, name="home"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("runs/<int:run_id>/accept", views.run_accept, name="run_accept"),
+    path("runs/<int:run_id>/reject", views.run_reject, name="run_reject"),
+    path("runs/<int:run_id>/publish", views.run_publish, name="run_publish"),
+    path("runs/<int:run_id>/quarantine/", views.quarantine, name="quarantine"),
+    path("runs/<int:run_id>/notes", views.add_note, name="add_note"),
+    path("runs/<int:run_id>/reviewed", views.mark_reviewed, name="mark_reviewed"),
+    path("runs/<int:run_id>/batches", views.create_batch, name="create_batch"),
+    path("batches/<int:batch_id>/", views.batch_detail, name="batch"),
+    path("reconcile/", views.reconcile, name="reconcile"),
+    path("reconcile/<int:job_id>/attach", views.reconcile_attach, name="reconcile_attach"),
+    path("reconcile/<int:job_id>/replace", views.reconcile_replace, name="reconcile_replace"),
+    path("reconcile/<int:job_id>/dismiss", views.reconcile_dismiss, name="reconcile_dismiss"),
+    path("tasks/<int:task_id>/", views.task_detail, name="task"),
+    path("deliveries/", views.deliveries, name="deliveries"),
+    path("deliveries/<uuid:event_id>/retry", views.delivery_retry, name="delivery_retry"),
+    path("deliveries/<uuid:event_id>/lookup", views.delivery_lookup, name="delivery_lookup"),
+    path("workers/", views.workers, name="workers"),
+    path("exports/", views.exports, name="exports"),
+    path("exports/<int:run_id>.<str:fmt>", views.export_download, name="export_download"),
+    path("audit/", views.audit, name="audit"),
 ]
 
 # The login/logout views live outside the namespace so LOGIN_URL = "login" resolves.
 auth_urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", views.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

@@ -1,15 +1,658 @@
-"""Dashboard views: thin. Fetch, call one engine function, render or redirect."""
+"""Dashboard views: thin. Decorators first, then fetch, one engine call, a message, a redirect.
+
+Every page needs a log-in and a permission checked here on the server; templates hide the
+buttons a user may not use, but the POST views refuse them regardless. Lists are keyset-paged
+(`?after=`) with GET filters, and no view counts a run's tasks (see dashboard.runstats).
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from datetime import timedelta
 
-from recovery.models import Run
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import charts, engine, keyset, login_throttle, runstats
+from dashboard.forms import (
+    AttachJobForm,
+    AuditFilterForm,
+    DeliveryFilterForm,
+    NoteForm,
+    QuarantineFilterForm,
+    ReasonForm,
+    ReconcileFilterForm,
+    RecoveryBatchForm,
+    ReviewedForm,
+    RunFilterForm,
+)
+from recovery import counters
+from recovery.models import (
+    Attempt,
+    AuditEntry,
+    Dataset,
+    Observation,
+    OutboxEvent,
+    RecoveryBatch,
+    RemoteJob,
+    Run,
+    RunPartition,
+    Task,
+    TriageNote,
+    ValidationResult,
+    WorkerHeartbeat,
+)
+from recovery.states.delivery import DeliveryState
+from recovery.states.remote_job import POLLABLE, RECONCILE
+from recovery.states.run import AVAILABLE, RunState
+from recovery.states.task import TERMINAL, TaskState
+
+# Leases ending within this many seconds are flagged "about to expire".
+LEASE_WARNING = timedelta(seconds=30)
+GRID_PAGE = 100
+
+
+def _actor(request: HttpRequest) -> str:
+    return request.user.get_username()
+
+
+def _form_errors(request: HttpRequest, form) -> None:
+    for field, errors in form.errors.items():
+        label = "" if field == "__all__" else f"{field}: "
+        for error in errors:
+            messages.error(request, f"{label}{error}")
+
+
+# --- log-in ----------------------------------------------------------------------------------
+
+
+class ThrottledLoginView(auth_views.LoginView):
+    """Django's login view, refusing a (username, address) pair after repeated failures."""
+
+    def post(self, request, *args, **kwargs):
+        username = request.POST.get("username", "")
+        if login_throttle.is_locked(request, username):
+            form = self.get_form()
+            form.errors.clear()
+            form.add_error(None, login_throttle.MESSAGE)
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        login_throttle.record_failure(self.request, self.request.POST.get("username", ""))
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        login_throttle.clear(self.request, self.request.POST.get("username", ""))
+        return super().form_valid(form)
+
+
+# --- runs ------------------------------------------------------------------------------------
 
 
 @login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """Send each role to its first page: operators and admins to runs, exporters to exports."""
+    if request.user.has_perm("recovery.view_run"):
+        return redirect("dashboard:runs")
+    if request.user.has_perm("recovery.export_dataset"):
+        return redirect("dashboard:exports")
+    raise PermissionDenied
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_run", raise_exception=True)
 def runs(request: HttpRequest) -> HttpResponse:
-    latest = Run.objects.select_related("dataset").order_by("-created_at")[:50]
-    return render(request, "dashboard/runs.html", {"runs": latest})
+    form = RunFilterForm(request.GET or None)
+    qs = Run.objects.select_related("dataset")
+    if form.is_valid():
+        if form.cleaned_data["dataset"]:
+            qs = qs.filter(dataset__name=form.cleaned_data["dataset"])
+        if form.cleaned_data["state"]:
+            qs = qs.filter(acceptance_state=form.cleaned_data["state"])
+    page = keyset.page(qs, request.GET.get("after"))
+    stats = runstats.summaries(page.rows)
+    rows = [
+        {"run": run, "s": stats[run.pk], "bar": charts.progress_bar(stats[run.pk].counts, 0)}
+        for run in page.rows
+    ]
+    datasets = Dataset.objects.order_by("name").values_list("name", flat=True)[:200]
+    return render(
+        request,
+        "dashboard/runs.html",
+        {"form": form, "rows": rows, "page": page, "datasets": datasets},
+    )
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_run", raise_exception=True)
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    summary = runstats.summaries([run])[run.pk]
+    grid = counters.by_partition(run.pk)
+    flags = {p.name: p for p in RunPartition.objects.filter(run=run)[:5000]}
+    # Quarantined partitions first, then by name; paged by position in that order.
+    names = sorted(set(grid) | set(flags), key=lambda n: (not _flagged(flags.get(n)), n))
+    start = _int(request.GET.get("grid_from"), 0)
+    shown = names[start : start + GRID_PAGE]
+    states = [s for s in charts.STATE_COLOURS if any(s in grid.get(n, {}) for n in names)]
+    grid_rows = [
+        {
+            "name": name,
+            "flag": flags.get(name),
+            "cells": [grid.get(name, {}).get(s, 0) for s in states],
+            "total": sum(grid.get(name, {}).values()),
+        }
+        for name in shown
+    ]
+    chart_range = request.GET.get("range", "1h")
+    minutes = runstats.CHART_RANGES.get(chart_range, 60)
+    context = {
+        "run": run,
+        "s": summary,
+        "bar": charts.progress_bar(summary.counts, summary.total, width=600),
+        "states": states,
+        "grid_rows": grid_rows,
+        "grid_next": start + GRID_PAGE if start + GRID_PAGE < len(names) else None,
+        "grid_prev": max(start - GRID_PAGE, 0) if start else None,
+        "validation": ValidationResult.objects.filter(run=run).order_by(
+            "passed", "rule", "partition"
+        )[:200],
+        "remote_jobs": RemoteJob.objects.filter(run=run).order_by("-pk")[:20],
+        "batches": RecoveryBatch.objects.filter(run=run).order_by("-pk")[:20],
+        "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:10],
+        "chart": charts.activity_chart(runstats.chart_buckets(run.pk, minutes)),
+        "chart_range": chart_range,
+        "chart_ranges": list(runstats.CHART_RANGES),
+        "reject_form": ReasonForm(),
+    }
+    return render(request, "dashboard/run_detail.html", context)
+
+
+def _flagged(flag: RunPartition | None) -> bool:
+    return bool(flag and flag.quarantined)
+
+
+def _int(raw: str | None, default: int) -> int:
+    try:
+        return max(int(raw or default), 0)
+    except ValueError:
+        return default
+
+
+@login_required
+@require_POST
+@permission_required("recovery.accept_run", raise_exception=True)
+def run_accept(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    ok, _ = engine.call(request, "acceptance.accept_run", run.pk, actor=_actor(request))
+    if ok:
+        messages.success(request, f"Run {run} accepted.")
+    return redirect("dashboard:run", run_id=run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("recovery.accept_run", raise_exception=True)
+def run_reject(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("dashboard:run", run_id=run.pk)
+    ok, _ = engine.call(
+        request,
+        "acceptance.reject_run",
+        run.pk,
+        actor=_actor(request),
+        reason=form.cleaned_data["reason"],
+    )
+    if ok:
+        messages.success(request, f"Run {run} rejected.")
+    return redirect("dashboard:run", run_id=run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("recovery.accept_run", raise_exception=True)
+def run_publish(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    ok, _ = engine.call(request, "acceptance.publish_run", run.pk, actor=_actor(request))
+    if ok:
+        messages.success(request, f"Run {run} published.")
+    return redirect("dashboard:run", run_id=run.pk)
+
+
+# --- quarantine and triage -------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required(("recovery.view_run", "recovery.view_task"), raise_exception=True)
+def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    form = QuarantineFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    state = TaskState.DEAD if request.GET.get("state") == "dead" else TaskState.QUARANTINED
+
+    grid = counters.by_partition(run.pk)
+    flags = {p.name: p for p in RunPartition.objects.filter(run=run)[:5000]}
+    partitions = [
+        {
+            "name": name,
+            "flag": flags.get(name),
+            "quarantined": grid.get(name, {}).get(TaskState.QUARANTINED, 0),
+            "dead": grid.get(name, {}).get(TaskState.DEAD, 0),
+            "total": sum(grid.get(name, {}).values()),
+        }
+        for name in sorted(set(grid) | set(flags))
+        if _flagged(flags.get(name))
+        or grid.get(name, {}).get(TaskState.QUARANTINED)
+        or grid.get(name, {}).get(TaskState.DEAD)
+    ]
+    partitions.sort(key=lambda p: (not _flagged(p["flag"]), -p["quarantined"], p["name"]))
+    groups, capped = runstats.error_groups(run.pk, state)
+
+    tasks = Task.objects.filter(run=run, state=state)
+    if filters.get("partition"):
+        tasks = tasks.filter(partition=filters["partition"])
+    if filters.get("error_class"):
+        tasks = tasks.filter(last_error_class=filters["error_class"])
+    page = keyset.page(
+        tasks.only("pk", "url", "partition", "page_type", "last_error_class", "last_http_status"),
+        request.GET.get("after"),
+    )
+    failed_rules = sorted(
+        set(
+            ValidationResult.objects.filter(run=run, passed=False).values_list("rule", flat=True)[
+                :500
+            ]
+        )
+    )
+    batch_form = RecoveryBatchForm(
+        partitions=sorted(grid),
+        page_types=sorted((run.dataset.spec or {}).get("page_types", {}) or []),
+        rules=failed_rules,
+        initial={
+            "scraper_version": run.scraper_version,
+            "partitions": [p["name"] for p in partitions if _flagged(p["flag"])],
+        },
+    )
+    context = {
+        "run": run,
+        "form": form,
+        "state": state,
+        "partitions": partitions,
+        "groups": groups,
+        "capped": capped,
+        "sample_cap": runstats.SAMPLE_CAP,
+        "page": page,
+        "batch_form": batch_form,
+        "note_form": NoteForm(),
+        "batches": RecoveryBatch.objects.filter(run=run).order_by("-pk")[:10],
+        "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:20],
+    }
+    return render(request, "dashboard/quarantine.html", context)
+
+
+@login_required
+@require_POST
+@permission_required("recovery.triage_run", raise_exception=True)
+def add_note(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    form = NoteForm(request.POST)
+    if form.is_valid():
+        ok, _ = engine.call(
+            request,
+            "triage.add_note",
+            run.pk,
+            _actor(request),
+            form.cleaned_data["text"],
+            partition=form.cleaned_data["partition"],
+            task_id=form.cleaned_data["task"],
+        )
+        if ok:
+            messages.success(request, "Note added.")
+    else:
+        _form_errors(request, form)
+    if form.is_valid() and form.cleaned_data["task"]:
+        return redirect("dashboard:task", task_id=form.cleaned_data["task"])
+    return redirect("dashboard:quarantine", run_id=run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("recovery.triage_run", raise_exception=True)
+def mark_reviewed(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    form = ReviewedForm(request.POST)
+    if form.is_valid():
+        partition = form.cleaned_data["partition"]
+        ok, _ = engine.call(request, "triage.mark_reviewed", run.pk, partition, _actor(request))
+        if ok:
+            messages.success(request, f"Partition {partition} marked reviewed.")
+    else:
+        _form_errors(request, form)
+    return redirect("dashboard:quarantine", run_id=run.pk)
+
+
+@login_required
+@require_POST
+@permission_required("recovery.create_recovery_batch", raise_exception=True)
+def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    form = RecoveryBatchForm(
+        request.POST,
+        partitions=sorted(counters.by_partition(run.pk)),
+        page_types=sorted((run.dataset.spec or {}).get("page_types", {}) or []),
+        rules=sorted(
+            set(
+                ValidationResult.objects.filter(run=run, passed=False).values_list(
+                    "rule", flat=True
+                )[:500]
+            )
+        ),
+    )
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("dashboard:quarantine", run_id=run.pk)
+    data = form.cleaned_data
+    ok, batch = engine.call(
+        request,
+        "reruns.create_recovery_batch",
+        run.pk,
+        partitions=tuple(data["partitions"]),
+        page_types=tuple(data["page_types"]),
+        error_classes=tuple(data["error_classes"]),
+        rules=tuple(data["rules"]),
+        reason=data["reason"],
+        scraper_version=data["scraper_version"],
+        actor=_actor(request),
+    )
+    if not ok:
+        return redirect("dashboard:quarantine", run_id=run.pk)
+    messages.success(request, f"Recovery batch {batch.pk}: {batch.task_count} tasks queued.")
+    return redirect("dashboard:batch", batch_id=batch.pk)
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_recoverybatch", raise_exception=True)
+def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
+    batch = get_object_or_404(RecoveryBatch.objects.select_related("run__dataset"), pk=batch_id)
+    # A batch's tasks through the recovery_batch foreign-key index: bounded by the batch size.
+    counts = dict(
+        Task.objects.filter(recovery_batch=batch)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("state", "n")
+    )
+    settled = sum(n for s, n in counts.items() if s in TERMINAL)
+    total = max(batch.task_count, sum(counts.values()))
+    context = {
+        "batch": batch,
+        "counts": counts,
+        "settled": settled,
+        "total": total,
+        "bar": charts.progress_bar(counts, total, width=600),
+    }
+    return render(request, "dashboard/batch_detail.html", context)
+
+
+# --- reconcile -------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_remotejob", raise_exception=True)
+def reconcile(request: HttpRequest) -> HttpResponse:
+    form = ReconcileFilterForm(request.GET or None)
+    qs = RemoteJob.objects.select_related("attempt__task", "run__dataset", "replaces")
+    qs = qs.filter(state__in=form.states())
+    if form.is_valid():
+        if form.cleaned_data["provider"]:
+            qs = qs.filter(provider=form.cleaned_data["provider"])
+        if form.cleaned_data["run"]:
+            qs = qs.filter(run_id=form.cleaned_data["run"])
+    page = keyset.page(qs, request.GET.get("after"))
+    return render(
+        request,
+        "dashboard/reconcile.html",
+        {
+            "form": form,
+            "page": page,
+            "open_states": RECONCILE,
+            "attach_form": AttachJobForm(),
+            "reason_form": ReasonForm(),
+        },
+    )
+
+
+def _reconcile_action(request: HttpRequest, job_id: int, path: str, done: str) -> HttpResponse:
+    job = get_object_or_404(RemoteJob, pk=job_id)
+    form = (AttachJobForm if path.endswith("attach_job_id") else ReasonForm)(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("dashboard:reconcile")
+    args = [job.pk]
+    if path.endswith("attach_job_id"):
+        args.append(form.cleaned_data["provider_job_id"])
+    ok, _ = engine.call(
+        request, path, *args, actor=_actor(request), reason=form.cleaned_data["reason"]
+    )
+    if ok:
+        messages.success(request, f"Remote job {job.pk}: {done}.")
+    return redirect("dashboard:reconcile")
+
+
+@login_required
+@require_POST
+@permission_required("recovery.resolve_reconcile", raise_exception=True)
+def reconcile_attach(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _reconcile_action(request, job_id, "reconcile.attach_job_id", "job id attached")
+
+
+@login_required
+@require_POST
+@permission_required("recovery.resolve_reconcile", raise_exception=True)
+def reconcile_replace(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _reconcile_action(
+        request, job_id, "reconcile.replace_attempt", "replacement attempt created"
+    )
+
+
+@login_required
+@require_POST
+@permission_required("recovery.resolve_reconcile", raise_exception=True)
+def reconcile_dismiss(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _reconcile_action(request, job_id, "reconcile.dismiss", "dismissed")
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required(("recovery.view_task", "recovery.view_attempt"), raise_exception=True)
+def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
+    task = get_object_or_404(Task.objects.select_related("run__dataset", "parent"), pk=task_id)
+    attempts = list(
+        Attempt.objects.filter(task=task)
+        .select_related("remote_job", "recovery_batch")
+        .order_by("started_at")[:200]
+    )
+    context = {
+        "task": task,
+        "attempts": attempts,
+        "observations": Observation.objects.filter(source_task=task).order_by("-pk")[:20],
+        "notes": TriageNote.objects.filter(task=task).order_by("-pk")[:20],
+        "note_form": NoteForm(initial={"task": task.pk, "partition": task.partition}),
+    }
+    return render(request, "dashboard/task_detail.html", context)
+
+
+# --- deliveries ------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_outboxevent", raise_exception=True)
+def deliveries(request: HttpRequest) -> HttpResponse:
+    form = DeliveryFilterForm(request.GET or None)
+    qs = OutboxEvent.objects.select_related("run__dataset")
+    if form.is_valid():
+        if form.cleaned_data["state"]:
+            qs = qs.filter(state=form.cleaned_data["state"])
+        if form.cleaned_data["event_type"]:
+            qs = qs.filter(event_type=form.cleaned_data["event_type"])
+    page = keyset.page(qs, request.GET.get("after"), key="created_at", tiebreak="id")
+    return render(
+        request,
+        "dashboard/deliveries.html",
+        {
+            "form": form,
+            "page": page,
+            # The engine retries unsent, failed and uncertain events (an uncertain one is
+            # looked up first); a lookup makes sense wherever the write may have landed.
+            "retryable": {DeliveryState.UNSENT, DeliveryState.FAILED, DeliveryState.UNCERTAIN},
+            "lookupable": {DeliveryState.FAILED, DeliveryState.UNCERTAIN},
+        },
+    )
+
+
+@login_required
+@require_POST
+@permission_required("recovery.retry_delivery", raise_exception=True)
+def delivery_retry(request: HttpRequest, event_id) -> HttpResponse:
+    event = get_object_or_404(OutboxEvent, pk=event_id)
+    ok, _ = engine.call(request, "outbox.retry_delivery", event.pk, actor=_actor(request))
+    if ok:
+        messages.success(request, f"Delivery {event.pk} queued for retry.")
+    return redirect("dashboard:deliveries")
+
+
+@login_required
+@require_POST
+@permission_required("recovery.retry_delivery", raise_exception=True)
+def delivery_lookup(request: HttpRequest, event_id) -> HttpResponse:
+    event = get_object_or_404(OutboxEvent, pk=event_id)
+    ok, found = engine.call(request, "outbox.lookup_delivery", event.pk, actor=_actor(request))
+    if ok:
+        answer = {True: "found", False: "not found", None: "no answer"}.get(found.get("found"))
+        state = found.get("state")
+        messages.success(request, f"Delivery {event.pk}: {answer} at the destination; now {state}.")
+    return redirect("dashboard:deliveries")
+
+
+# --- workers and leases ----------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required(("recovery.view_workerheartbeat", "recovery.view_task"), raise_exception=True)
+def workers(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    page = keyset.page(WorkerHeartbeat.objects.all(), request.GET.get("after"))
+    # Leased tasks of collecting runs through the (run, state) index: at most workers x claim
+    # batch rows, whatever the runs' sizes.
+    active = Run.objects.filter(acceptance_state=RunState.COLLECTING).values("pk")[:200]
+    leases = list(
+        Task.objects.filter(run_id__in=active, state=TaskState.LEASED)
+        .select_related("run__dataset")
+        .order_by("lease_until")[:200]
+    )
+    for lease in leases:
+        lease.expired = bool(lease.lease_until and lease.lease_until <= now)
+        lease.expiring = bool(
+            lease.lease_until and not lease.expired and lease.lease_until <= now + LEASE_WARNING
+        )
+    polls = RemoteJob.objects.filter(state__in=POLLABLE, lease_until__gt=now).order_by(
+        "lease_until"
+    )[:50]
+    return render(
+        request,
+        "dashboard/workers.html",
+        {"page": page, "leases": leases, "polls": polls, "now": now, "stale": now - LEASE_WARNING},
+    )
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required("recovery.export_dataset", raise_exception=True)
+def exports(request: HttpRequest) -> HttpResponse:
+    page = keyset.page(
+        Dataset.objects.all(), request.GET.get("after"), key="name", descending=False
+    )
+    try:
+        current_run = engine.service("exports.current_run")
+    except engine.ServiceUnavailable:
+        current_run = None
+        messages.error(request, "exports.current_run is not available in this build.")
+    rows = []
+    for dataset in page.rows:
+        current = current_run(dataset.name) if current_run else None
+        older = Run.objects.filter(dataset=dataset, acceptance_state__in=AVAILABLE)
+        if current is not None:
+            older = older.exclude(pk=current.pk)
+        rows.append(
+            {
+                "dataset": dataset,
+                "current": current,
+                "older": list(older.order_by("-accepted_at", "-pk")[:10]),
+            }
+        )
+    return render(request, "dashboard/exports.html", {"page": page, "rows": rows})
+
+
+EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+
+
+@login_required
+@require_GET
+@permission_required("recovery.export_dataset", raise_exception=True)
+def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse:
+    if fmt not in EXPORT_TYPES:
+        raise Http404("unknown export format")
+    # Only accepted or published runs are exportable (guarantee 6: quarantine never leaves).
+    run = get_object_or_404(
+        Run.objects.select_related("dataset"), pk=run_id, acceptance_state__in=AVAILABLE
+    )
+    ok, chunks = engine.call(request, "exports.stream", run.pk, fmt)
+    if not ok:
+        return redirect("dashboard:exports")
+    response = StreamingHttpResponse(chunks, content_type=EXPORT_TYPES[fmt])
+    filename = f"{run.dataset.name}-{run.window}-run{run.pk}.{fmt}"
+    filename = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+# --- audit -----------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_audit", raise_exception=True)
+def audit(request: HttpRequest) -> HttpResponse:
+    form = AuditFilterForm(request.GET or None)
+    qs = AuditEntry.objects.all()
+    if form.is_valid():
+        for name in ("actor", "action", "object_type"):
+            if form.cleaned_data[name]:
+                qs = qs.filter(**{name: form.cleaned_data[name]})
+    page = keyset.page(qs, request.GET.get("after"))
+    return render(request, "dashboard/audit.html", {"form": form, "page": page})

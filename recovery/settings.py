@@ -154,6 +154,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A strict Content-Security-Policy header on every page (no inline script).
+    "dashboard.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -202,7 +204,7 @@ STORAGES = {
 }
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard:runs"
+LOGIN_REDIRECT_URL = "dashboard:home"  # each role's first page (dashboard.views.home)
 LOGOUT_REDIRECT_URL = "login"
 
 # Cookies and transport security outside DEBUG (manage.py check --deploy must pass).

@@ -1,0 +1,45 @@
+"""Template filters for the dashboard. None of them marks text safe: output is autoescaped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    try:
+        return mapping.get(key, "")
+    except AttributeError:
+        return ""
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON as plain text (the template escapes it like any other text)."""
+    if value in (None, "", {}, []):
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def duration_minutes(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    minutes = round(value)
+    if minutes < 1:
+        return "< 1 min"
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+@register.filter
+def seconds_between(end: Any, start: Any) -> str:
+    if not end or not start:
+        return ""
+    return f"{(end - start).total_seconds():.2f} s"

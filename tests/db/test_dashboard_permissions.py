@@ -1,0 +1,374 @@
+"""Every dashboard view and POST against every role: the server refuses what the role lacks.
+
+For each page: anonymous -> login redirect; each role without the permission -> 403; each role
+with it -> 200. For each POST: anonymous -> login redirect and nothing changed; forged by a role
+without the permission -> 403 and nothing changed; with the permission -> the engine's change
+happened; without a CSRF token -> 403 and nothing changed. A dashboard URL missing from these
+tables fails the test, so a new view cannot skip the matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from django.test import Client
+from django.urls import get_resolver, reverse
+
+from recovery.models import (
+    Attempt,
+    AuditEntry,
+    OutboxEvent,
+    RecoveryBatch,
+    RemoteJob,
+    Run,
+    RunPartition,
+    Task,
+    TriageNote,
+)
+from tests.browser.world import XSS_SCRIPT, XSS_URL, World, make_users, make_world
+
+ROLES = ("operator", "admin", "exporter", "nobody")
+VIEWERS = {"operator", "admin"}
+
+
+@dataclass
+class Page:
+    kwargs: Callable[[World], dict] = lambda w: {}
+    allowed: set[str] = field(default_factory=lambda: set(VIEWERS))
+    ok_status: int = 200
+
+
+@dataclass
+class Post:
+    kwargs: Callable[[World], dict]
+    data: dict
+    allowed: set[str]
+    happened: Callable[[World], bool]
+
+
+PAGES: dict[str, Page] = {
+    "dashboard:home": Page(allowed={"operator", "admin", "exporter"}, ok_status=302),
+    "dashboard:runs": Page(),
+    "dashboard:run": Page(lambda w: {"run_id": w.run.pk}),
+    "dashboard:quarantine": Page(lambda w: {"run_id": w.run.pk}),
+    "dashboard:batch": Page(lambda w: {"batch_id": _batch(w).pk}),
+    "dashboard:reconcile": Page(),
+    "dashboard:task": Page(lambda w: {"task_id": w.quarantined_task.pk}),
+    "dashboard:deliveries": Page(),
+    "dashboard:workers": Page(),
+    "dashboard:exports": Page(allowed={"exporter"}),
+    "dashboard:export_download": Page(
+        lambda w: {"run_id": w.accepted.pk, "fmt": "csv"}, allowed={"exporter"}
+    ),
+    "dashboard:audit": Page(allowed={"admin"}),
+}
+
+
+def _batch(w: World) -> RecoveryBatch:
+    return RecoveryBatch.objects.create(
+        run=w.run, selection={"partitions": ["beta.test"]}, reason="r", scraper_version="2"
+    )
+
+
+def _audited(action: str) -> Callable[[World], bool]:
+    return lambda w: AuditEntry.objects.filter(action=action).exists()
+
+
+POSTS: dict[str, Post] = {
+    "dashboard:run_accept": Post(
+        lambda w: {"run_id": w.candidate.pk},
+        {},
+        {"admin"},
+        lambda w: Run.objects.get(pk=w.candidate.pk).acceptance_state == "accepted",
+    ),
+    "dashboard:run_reject": Post(
+        lambda w: {"run_id": w.candidate.pk},
+        {"reason": "prices look wrong"},
+        {"admin"},
+        lambda w: Run.objects.get(pk=w.candidate.pk).acceptance_state == "rejected",
+    ),
+    "dashboard:run_publish": Post(
+        lambda w: {"run_id": w.accepted.pk},
+        {},
+        {"admin"},
+        lambda w: Run.objects.get(pk=w.accepted.pk).acceptance_state == "published",
+    ),
+    "dashboard:add_note": Post(
+        lambda w: {"run_id": w.run.pk},
+        {"text": "selector changed on beta", "partition": "beta.test"},
+        VIEWERS,
+        lambda w: TriageNote.objects.filter(partition="beta.test").exists(),
+    ),
+    "dashboard:mark_reviewed": Post(
+        lambda w: {"run_id": w.run.pk},
+        {"partition": "beta.test"},
+        VIEWERS,
+        lambda w: bool(RunPartition.objects.get(run=w.run, name="beta.test").reviewed_by),
+    ),
+    "dashboard:create_batch": Post(
+        lambda w: {"run_id": w.run.pk},
+        {
+            "partitions": ["beta.test", "gamma.test"],
+            "reason": "selector fixed",
+            "scraper_version": "2",
+        },
+        {"admin"},
+        lambda w: RecoveryBatch.objects.filter(run=w.run, task_count=4).exists(),
+    ),
+    "dashboard:reconcile_attach": Post(
+        lambda w: {"job_id": w.job.pk},
+        {"provider_job_id": "job-777", "reason": "found in the provider console"},
+        VIEWERS,
+        lambda w: RemoteJob.objects.get(pk=w.job.pk).provider_job_id == "job-777",
+    ),
+    "dashboard:reconcile_replace": Post(
+        lambda w: {"job_id": w.job.pk},
+        {"reason": "provider confirms nothing was created"},
+        VIEWERS,
+        lambda w: RemoteJob.objects.get(pk=w.job.pk).state == "replaced",
+    ),
+    "dashboard:reconcile_dismiss": Post(
+        lambda w: {"job_id": w.job.pk},
+        {"reason": "listing withdrawn"},
+        VIEWERS,
+        lambda w: RemoteJob.objects.get(pk=w.job.pk).state == "dismissed",
+    ),
+    "dashboard:delivery_retry": Post(
+        lambda w: {"event_id": w.failed_event.pk}, {}, {"admin"}, _audited("retry_delivery")
+    ),
+    "dashboard:delivery_lookup": Post(
+        lambda w: {"event_id": w.uncertain_event.pk}, {}, {"admin"}, _audited("lookup_delivery")
+    ),
+}
+
+
+def snapshot() -> dict:
+    """Everything a dashboard POST could change."""
+    return {
+        "audit": AuditEntry.objects.count(),
+        "notes": TriageNote.objects.count(),
+        "batches": RecoveryBatch.objects.count(),
+        "attempts": Attempt.objects.count(),
+        "runs": list(Run.objects.order_by("pk").values_list("pk", "acceptance_state")),
+        "partitions": list(
+            RunPartition.objects.order_by("pk").values_list("name", "reviewed_by", "quarantined")
+        ),
+        "jobs": list(
+            RemoteJob.objects.order_by("pk").values_list("pk", "state", "provider_job_id")
+        ),
+        "events": list(
+            OutboxEvent.objects.order_by("pk").values_list("pk", "state", "next_attempt_at")
+        ),
+        "tasks": list(Task.objects.order_by("pk").values_list("pk", "state")),
+    }
+
+
+@pytest.fixture
+def world(db):
+    users = make_users()
+    w = make_world()
+    w.users = users
+    return w
+
+
+def _client(w: World, role: str | None, **kwargs) -> Client:
+    client = Client(**kwargs)
+    if role:
+        client.force_login(w.users[role])
+    return client
+
+
+def test_it_covers_every_dashboard_url():
+    dashboard = {f"dashboard:{p.name}" for p in get_resolver("dashboard.urls").url_patterns}
+    assert dashboard == set(PAGES) | set(POSTS)
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_it_sends_anonymous_page_requests_to_login(world, name):
+    url = reverse(name, kwargs=PAGES[name].kwargs(world))
+    response = _client(world, None).get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_it_shows_pages_only_to_their_roles(world, name, role):
+    page = PAGES[name]
+    response = _client(world, role).get(reverse(name, kwargs=page.kwargs(world)))
+    if role in page.allowed:
+        assert response.status_code == page.ok_status
+    else:
+        assert response.status_code == 403
+
+
+@pytest.mark.parametrize("name", sorted(POSTS))
+def test_it_sends_anonymous_posts_to_login_and_changes_nothing(world, name):
+    post = POSTS[name]
+    before = snapshot()
+    response = _client(world, None).post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "name,role",
+    [(name, role) for name in sorted(POSTS) for role in ROLES if role not in POSTS[name].allowed],
+)
+def test_it_refuses_forged_posts_and_changes_nothing(world, name, role):
+    post = POSTS[name]
+    before = snapshot()
+    response = _client(world, role).post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    assert response.status_code == 403
+    assert snapshot() == before
+    assert not post.happened(world)
+
+
+@pytest.mark.parametrize("name", sorted(POSTS))
+def test_it_performs_posts_with_permission(world, name):
+    post = POSTS[name]
+    role = sorted(post.allowed)[0]
+    assert not post.happened(world)
+    response = _client(world, role).post(
+        reverse(name, kwargs=post.kwargs(world)), post.data, follow=True
+    )
+    assert response.status_code == 200
+    errors = [str(m) for m in response.context["messages"] if m.level_tag == "error"]
+    assert errors == []
+    assert post.happened(world)
+
+
+@pytest.mark.parametrize("name", sorted(POSTS))
+def test_it_refuses_posts_without_a_csrf_token(world, name):
+    post = POSTS[name]
+    role = sorted(post.allowed)[0]
+    before = snapshot()
+    client = _client(world, role, enforce_csrf_checks=True)
+    response = client.post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    assert response.status_code == 403
+    assert snapshot() == before
+
+
+def test_it_accepts_a_post_with_the_pages_csrf_token(world):
+    client = _client(world, "operator", enforce_csrf_checks=True)
+    page = client.get(reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk}))
+    token = page.context["csrf_token"]
+    response = client.post(
+        reverse("dashboard:add_note", kwargs={"run_id": world.run.pk}),
+        {"text": "with a token", "csrfmiddlewaretoken": str(token)},
+    )
+    assert response.status_code == 302
+    assert TriageNote.objects.filter(text="with a token", author="olivia").exists()
+
+
+def test_it_refuses_get_on_post_views(world):
+    client = _client(world, "admin")
+    for name, post in POSTS.items():
+        response = client.get(reverse(name, kwargs=post.kwargs(world)))
+        assert response.status_code == 405, name
+
+
+# --- what each role sees -------------------------------------------------------------------
+
+
+def test_it_hides_the_rerun_and_acceptance_buttons_from_operators(world):
+    client = _client(world, "operator")
+    quarantine = client.get(reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk}))
+    assert b"Mark reviewed" in quarantine.content
+    assert b"Create recovery batch" not in quarantine.content
+    run = client.get(reverse("dashboard:run", kwargs={"run_id": world.candidate.pk}))
+    assert b"Accept run" not in run.content
+    assert b"Audit log" not in run.content
+
+
+def test_it_shows_the_rerun_and_acceptance_buttons_to_admins(world):
+    client = _client(world, "admin")
+    quarantine = client.get(reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk}))
+    assert b"Create recovery batch" in quarantine.content
+    run = client.get(reverse("dashboard:run", kwargs={"run_id": world.candidate.pk}))
+    assert b"Accept run" in run.content
+    assert b"Reject run" in run.content
+
+
+def test_it_shows_exporters_only_the_exports(world):
+    client = _client(world, "exporter")
+    response = client.get(reverse("dashboard:home"), follow=True)
+    assert response.redirect_chain[-1][0] == reverse("dashboard:exports")
+    nav = response.content.split(b"<nav>")[1].split(b"</nav>")[0]
+    assert b"Exports" in nav
+    assert b"Runs" not in nav
+    assert b"Reconcile" not in nav
+
+
+def test_it_hides_reconcile_actions_from_a_user_without_resolve(world):
+    from django.contrib.auth.models import Permission
+
+    viewer = world.users["nobody"]
+    viewer.user_permissions.add(Permission.objects.get(codename="view_remotejob"))
+    response = _client(world, "nobody").get(reverse("dashboard:reconcile"))
+    assert response.status_code == 200
+    assert f"Remote job #{world.job.pk}".encode() in response.content
+    assert b"Attach job id" not in response.content
+
+
+# --- scraped content is text -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("dashboard:quarantine", lambda w: {"run_id": w.run.pk}),
+        ("dashboard:task", lambda w: {"task_id": w.quarantined_task.pk}),
+        ("dashboard:reconcile", lambda w: {}),
+    ],
+)
+def test_it_shows_scraped_payloads_as_escaped_text(world, name, kwargs):
+    response = _client(world, "admin").get(reverse(name, kwargs=kwargs(world)))
+    html = response.content.decode()
+    assert "&lt;script&gt;alert(&#x27;xss&#x27;)&lt;/script&gt;" in html
+    assert XSS_SCRIPT not in html
+    assert "<script>alert" not in html
+    assert f'href="{XSS_URL}' not in html
+    assert "href=&quot;javascript:alert(1)" in html or name == "dashboard:reconcile"
+    # Scripts only from our own static files: the CSP forbids inline ones.
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+    for line in html.splitlines():
+        if "<script" in line:
+            assert 'src="/static/js/' in line
+
+
+# --- lists page with a cursor, never an offset --------------------------------------------
+
+
+def test_it_pages_the_audit_log_with_a_cursor(world):
+    from recovery import audit
+
+    for i in range(60):
+        audit.record("adam", "test_action", None, f"entry {i}")
+    client = _client(world, "admin")
+    first = client.get(reverse("dashboard:audit"), {"action": "test_action"})
+    page = first.context["page"]
+    assert len(page.rows) == 50 and page.next_cursor
+    second = client.get(
+        reverse("dashboard:audit"), {"action": "test_action", "after": page.next_cursor}
+    )
+    rest = second.context["page"]
+    assert len(rest.rows) == 10 and not rest.next_cursor
+    assert {e.pk for e in page.rows}.isdisjoint({e.pk for e in rest.rows})
+    bad = client.get(reverse("dashboard:audit"), {"after": "not-a-cursor"})
+    assert bad.status_code == 200
+
+
+def test_it_pages_deliveries_by_time_then_id(world):
+    for _ in range(55):
+        OutboxEvent.objects.create(run=world.accepted, event_type="published")
+    client = _client(world, "admin")
+    first = client.get(reverse("dashboard:deliveries"))
+    cursor = first.context["page"].next_cursor
+    assert cursor
+    second = client.get(reverse("dashboard:deliveries"), {"after": cursor})
+    seen = [e.pk for e in first.context["page"].rows] + [e.pk for e in second.context["page"].rows]
+    assert len(seen) == len(set(seen)) == OutboxEvent.objects.count()
