@@ -177,6 +177,10 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         if marked(partition):
             verdicts[partition][VALID if ok else INVALID].append(pk)
 
+    # Every partition gets its RunPartition row (quarantine flag, triage marks).
+    RunPartition.objects.bulk_create(
+        [RunPartition(run=run, name=p) for p in tallies], ignore_conflicts=True
+    )
     now = timezone.now()
     results: list[tuple[str, str, bool, float | None, float | None, dict]] = []
 
