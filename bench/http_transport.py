@@ -1,0 +1,129 @@
+"""Which transport under httpx's API fetches small pages faster, with every guard on?
+
+Serves the sandbox shop (5 KB product pages) from a separate process on 127.0.0.1, then fetches
+the same pages through recovery.http.Fetcher with each transport (16 in flight, guard, per-host
+gates, size cap, deadline, per-task cookies all active), alternating transports for `--reps`
+rounds. Reports client CPU ms per page and pages/s; ends with one JSON line.
+
+    .venv/bin/python bench/http_transport.py [--pages 2000] [--reps 3] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recovery.settings")
+os.environ.setdefault("SALVAGE_INSECURE_DEV_KEY", "1")
+os.environ.setdefault("SALVAGE_ALLOWED_NETWORKS", "127.0.0.0/8")
+
+SERVER = """
+import sys
+from aiohttp import web
+from recovery.sandbox.site import make_app
+web.run_app(make_app(pages=int(sys.argv[2])), host="127.0.0.1", port=int(sys.argv[1]),
+            print=None, access_log=None)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"sandbox did not listen on {port}")
+
+
+async def run(transport: str, base: str, pages: int, concurrency: int) -> dict:
+    from recovery.http import Fetcher
+
+    fetcher = Fetcher(transport=transport, concurrency=concurrency, per_host=concurrency)
+    urls = [f"{base}/product/{i}" for i in range(1, pages + 1)]
+    queue = iter(urls)
+
+    async def worker() -> int:
+        n = 0
+        for url in queue:
+            page = await fetcher.fetch(url)
+            page.text()
+            n += page.status == 200
+        return n
+
+    await fetcher.fetch(urls[0])  # warm: client, pool, first connection
+    cpu, wall = time.process_time(), time.perf_counter()
+    ok = sum(await asyncio.gather(*(worker() for _ in range(concurrency))))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    await fetcher.aclose()
+    assert ok == pages, f"{transport}: {ok}/{pages} pages fetched"
+    return {"pages_per_s": pages / wall, "cpu_ms_per_page": cpu * 1000 / pages}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(port), str(args.pages)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        wait_for_port(port, time.monotonic() + 20)
+        base = f"http://127.0.0.1:{port}"
+        results: dict[str, list[dict]] = {"httpcore": [], "aiohttp": []}
+        for _ in range(args.reps):
+            for transport in results:
+                results[transport].append(
+                    asyncio.run(run(transport, base, args.pages, args.concurrency))
+                )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    summary = {}
+    for transport, runs in results.items():
+        summary[transport] = {
+            "pages_per_s": round(statistics.median(r["pages_per_s"] for r in runs), 1),
+            "cpu_ms_per_page": round(statistics.median(r["cpu_ms_per_page"] for r in runs), 3),
+        }
+        print(f"{transport:9s} {summary[transport]}")
+    ratio = summary["aiohttp"]["pages_per_s"] / summary["httpcore"]["pages_per_s"]
+    print(
+        json.dumps(
+            {
+                "bench": "http_transport",
+                "pages": args.pages,
+                "concurrency": args.concurrency,
+                "results": summary,
+                "aiohttp_over_httpcore": round(ratio, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

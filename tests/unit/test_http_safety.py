@@ -1,0 +1,527 @@
+"""Outbound safety and fetch limits of recovery.http, over real sockets to a local server.
+
+Every fetch test runs against both transports (aiohttp and httpx's own), since both must keep
+the same guarantees. The test settings allow-list 127.0.0.0/8; tests that need a refusal pass
+their own (narrower or empty) allow-list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import ipaddress
+import itertools
+import socket
+import time
+
+import pytest
+from aiohttp import web
+
+from recovery.http import (
+    AddressGuard,
+    Fetcher,
+    FetchError,
+    HostGate,
+    numeric_host,
+    parse_networks,
+    refusal_reason,
+)
+from recovery.providers.base import ErrorClass
+from recovery.sandbox.runner import start_in_thread
+
+TRANSPORTS = ["aiohttp", "httpcore"]
+
+
+class Hits:
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.hosts: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.starts: list[float] = []
+
+
+def make_app(hits: Hits) -> web.Application:
+    async def page(request: web.Request) -> web.Response:
+        hits.paths.append(request.path)
+        hits.hosts.append(request.headers.get("Host", ""))
+        return web.Response(text="<h1>ok</h1>", content_type="text/html")
+
+    async def redirect(request: web.Request) -> web.Response:
+        hits.paths.append(request.path)
+        raise web.HTTPFound(request.query["to"])
+
+    async def loop(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/loop")
+
+    async def chain(request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        raise web.HTTPFound(f"/chain/{n - 1}" if n > 0 else "/page")
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "text/html"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            for _ in range(64):
+                await response.write(b"x" * 16384)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        return response
+
+    async def declared_big(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 200_000, content_type="text/html")
+
+    async def bomb(request: web.Request) -> web.Response:
+        body = gzip.compress(b"\0" * 5_000_000)
+        return web.Response(
+            body=body, headers={"Content-Encoding": "gzip", "Content-Type": "text/html"}
+        )
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "text/html"
+        await response.prepare(request)
+        try:
+            for _ in range(40):
+                await response.write(b"<p>drip</p>")
+                await asyncio.sleep(0.1)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        return response
+
+    async def set_cookie(request: web.Request) -> web.Response:
+        response = web.HTTPFound("/echo")
+        response.set_cookie("session", "s3cret-value")
+        raise response
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "cookie": request.headers.get("Cookie", ""),
+                "ua": request.headers.get("User-Agent", ""),
+                "host": request.headers.get("Host", ""),
+            }
+        )
+
+    async def slow(request: web.Request) -> web.Response:
+        hits.in_flight += 1
+        hits.starts.append(time.monotonic())
+        hits.max_in_flight = max(hits.max_in_flight, hits.in_flight)
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            hits.in_flight -= 1
+        return web.Response(text="<p>slow</p>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/page", page)
+    app.router.add_get("/r", redirect)
+    app.router.add_get("/loop", loop)
+    app.router.add_get("/chain/{n}", chain)
+    app.router.add_get("/big", big)
+    app.router.add_get("/declared-big", declared_big)
+    app.router.add_get("/bomb", bomb)
+    app.router.add_get("/trickle", trickle)
+    app.router.add_get("/set-cookie", set_cookie)
+    app.router.add_get("/echo", echo)
+    app.router.add_get("/slow", slow)
+    return app
+
+
+@pytest.fixture(scope="module")
+def server():
+    hits = Hits()
+    served = start_in_thread(make_app(hits))
+    served.hits = hits
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def server2():
+    """A server on 127.0.0.2 only: reachable through a narrow allow-list of 127.0.0.2/32."""
+    hits = Hits()
+    served = start_in_thread(make_app(hits), host="127.0.0.2")
+    served.hits = hits
+    yield served
+    served.stop()
+
+
+def fetch(url: str, **options) -> object:
+    async def go():
+        fetcher = Fetcher(**options)
+        try:
+            return await fetcher.fetch(url)
+        finally:
+            await fetcher.aclose()
+
+    return asyncio.run(go())
+
+
+def fetch_error(url: str, **options) -> FetchError:
+    with pytest.raises(FetchError) as info:
+        fetch(url, **options)
+    return info.value
+
+
+# --- addresses (pure) -------------------------------------------------------------------------
+
+LOOPBACK_FORMS = [
+    "127.0.0.1",
+    "127.1",
+    "127.0.1",
+    "2130706433",
+    "0x7f.0.0.1",
+    "0x7f000001",
+    "017700000001",
+    "0177.0.0.1",
+    "127.0.0.1.",
+]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_FORMS)
+def test_it_reads_every_numeric_ipv4_spelling(host):
+    assert numeric_host(host) == ipaddress.IPv4Address("127.0.0.1")
+
+
+@pytest.mark.parametrize("host", [h for h in LOOPBACK_FORMS if not h.endswith(".")])
+def test_numeric_spellings_agree_with_the_c_resolver(host):
+    # The guard must read a host exactly as the socket layer would, or a spelling slips by.
+    infos = socket.getaddrinfo(host, 80, socket.AF_INET, socket.SOCK_STREAM)
+    assert {info[4][0] for info in infos} == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("[::1]", "::1"),
+        ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+        ("[::ffff:7f00:1]", "::ffff:127.0.0.1"),
+        ("fe80::1%eth0", "fe80::1"),
+        ("100.64.0.1", "100.64.0.1"),
+        ("10.1", "10.0.0.1"),
+    ],
+)
+def test_it_reads_ipv6_and_other_literals(host, expected):
+    assert numeric_host(host) == ipaddress.ip_address(expected)
+
+
+@pytest.mark.parametrize("host", ["example.com", "1e100", "0x", "08.0.0.1", "1.2.3.4.5", "256.1"])
+def test_names_are_not_numeric(host):
+    if host == "0x":
+        assert numeric_host(host) == ipaddress.IPv4Address("0.0.0.0")  # inet_aton reads 0
+        return
+    assert numeric_host(host) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:10.0.0.1", "private"),
+        ("10.0.0.1", "private"),
+        ("172.16.5.4", "private"),
+        ("192.168.1.1", "private"),
+        ("fc00::1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("100.64.0.1", "shared address space (CGNAT)"),
+        ("100.127.255.254", "shared address space (CGNAT)"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "private"),  # 240/4 is listed as private as well as reserved
+        ("198.18.0.1", "private"),
+        ("192.0.2.1", "private"),
+    ],
+)
+def test_it_refuses_non_public_addresses(address, reason):
+    assert refusal_reason(ipaddress.ip_address(address), ()) == reason
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"])
+def test_it_allows_public_addresses(address):
+    assert refusal_reason(ipaddress.ip_address(address), ()) is None
+
+
+def test_the_allow_list_admits_its_networks_only():
+    allowed = parse_networks(["127.0.0.0/8", "10.1.0.0/16"])
+    assert refusal_reason(ipaddress.ip_address("127.0.0.1"), allowed) is None
+    assert refusal_reason(ipaddress.ip_address("::ffff:127.0.0.1"), allowed) is None
+    assert refusal_reason(ipaddress.ip_address("10.1.2.3"), allowed) is None
+    assert refusal_reason(ipaddress.ip_address("10.2.0.1"), allowed) == "private"
+    assert refusal_reason(ipaddress.ip_address("::1"), allowed) == "loopback"
+
+
+def test_a_bad_allow_list_entry_is_named():
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
+        parse_networks(["127.0.0.0/8", "10.0.0.0/33"])
+
+
+# --- refusals over real sockets ---------------------------------------------------------------
+
+REFUSED_URLS = [
+    "http://127.0.0.1:{port}/page",
+    "http://127.1:{port}/page",
+    "http://2130706433:{port}/page",
+    "http://0x7f.0.0.1:{port}/page",
+    "http://017700000001:{port}/page",
+    "http://0177.0.0.1:{port}/page",
+    "http://[::ffff:127.0.0.1]:{port}/page",
+    "http://[::1]:{port}/page",
+    "http://localhost:{port}/page",
+    "http://100.64.0.1/page",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.1/",
+    "http://0.0.0.0:{port}/page",
+]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("template", REFUSED_URLS)
+def test_it_refuses_every_private_spelling_without_connecting(server, transport, template):
+    before = len(server.hits.paths)
+    error = fetch_error(template.format(port=server.port), transport=transport, allowed_networks=[])
+    assert error.error_class is ErrorClass.BLOCKED
+    assert "refused" in error.detail and "SALVAGE_ALLOWED_NETWORKS" in error.detail
+    assert len(server.hits.paths) == before  # nothing reached the server
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "template",
+    [
+        "http://127.1:{port}/page",
+        "http://2130706433:{port}/page",
+        "http://0x7f.0.0.1:{port}/page",
+        "http://017700000001:{port}/page",
+        "http://localhost:{port}/page",
+    ],
+)
+def test_allow_listed_spellings_are_fetched(server, transport, template):
+    page = fetch(template.format(port=server.port), transport=transport)
+    assert page.status == 200
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_it_connects_to_the_address_it_checked(server2, transport, monkeypatch):
+    """DNS rebinding: the first answer is checked and allowed, every later answer points
+    elsewhere. The fetch must use the checked answer and never ask the resolver again; the
+    Host header keeps the name."""
+    real = socket.getaddrinfo
+    calls = []
+
+    def rebinding(host, port, *args, **kwargs):
+        if host == "rebind.test":
+            calls.append(host)
+            ip = "127.0.0.2" if len(calls) == 1 else "127.0.0.1"
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    url = f"http://rebind.test:{server2.port}/echo"
+    page = fetch(url, transport=transport, allowed_networks=["127.0.0.2/32"])
+    assert page.status == 200
+    assert calls == ["rebind.test"]  # resolved once, by the guard
+    assert f"rebind.test:{server2.port}" in page.body.decode()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_rebinding_answer_is_refused(transport, monkeypatch):
+    real = socket.getaddrinfo
+
+    def to_metadata(host, port, *args, **kwargs):
+        if host == "evil.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.169.254", port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", to_metadata)
+    error = fetch_error("http://evil.test/latest/", transport=transport)
+    assert error.error_class is ErrorClass.BLOCKED
+    assert "169.254.169.254 (link-local)" in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{port}/page",
+        "http://127.1:{port}/page",
+        "http://localhost:{port}/page",
+        "http://10.0.0.1/",
+        "http://[::ffff:127.0.0.1]:{port}/page",
+        "file:///etc/passwd",
+    ],
+)
+def test_every_redirect_hop_is_checked_again(server2, transport, target):
+    """The first hop (127.0.0.2) is allowed; the redirect target is not."""
+    location = target.format(port=server2.port)
+    before = list(server2.hits.paths)
+    url = f"http://127.0.0.2:{server2.port}/r?to={location}"
+    error = fetch_error(url, transport=transport, allowed_networks=["127.0.0.2/32"])
+    assert error.error_class is ErrorClass.BLOCKED
+    assert "redirect hop 1" in error.detail
+    assert server2.hits.paths == [*before, "/r"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://example.com/file", "scheme 'ftp'"),
+        ("file:///etc/passwd", "scheme 'file'"),
+        ("gopher://127.0.0.1:70/", "scheme 'gopher'"),
+        ("http://example.com:99999/", "invalid URL"),
+        ("http:///nohost", "no host"),
+        ("http://user:pass@127.0.0.1/", "credentials"),
+        ("not a url", "scheme"),
+    ],
+)
+def test_unusable_urls_are_blocked_with_a_reason(url, message):
+    error = fetch_error(url)
+    assert error.error_class is ErrorClass.BLOCKED
+    assert message in error.detail
+
+
+def test_a_dns_failure_is_a_network_error():
+    error = fetch_error("http://no-such-host.invalid/")
+    assert error.error_class is ErrorClass.NETWORK
+    assert "DNS" in error.detail
+
+
+# --- limits -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_streamed_body_over_the_cap_is_too_large(server, transport):
+    error = fetch_error(f"{server.base_url}/big", transport=transport, max_bytes=100_000)
+    assert error.error_class is ErrorClass.TOO_LARGE
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_declared_length_over_the_cap_is_too_large(server, transport):
+    error = fetch_error(f"{server.base_url}/declared-big", transport=transport, max_bytes=50_000)
+    assert error.error_class is ErrorClass.TOO_LARGE
+    assert "Content-Length" in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_decompressed_bytes_count_against_the_cap(server, transport):
+    # ~5 KB on the wire, 5 MB decoded: the cap applies to what we would hold in memory.
+    error = fetch_error(f"{server.base_url}/bomb", transport=transport, max_bytes=1_000_000)
+    assert error.error_class is ErrorClass.TOO_LARGE
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_trickling_body_hits_the_total_deadline(server, transport):
+    # Each chunk arrives well inside the read timeout; only the total deadline can stop it.
+    started = time.monotonic()
+    error = fetch_error(
+        f"{server.base_url}/trickle", transport=transport, read_timeout=2.0, deadline=0.5
+    )
+    assert error.error_class is ErrorClass.NETWORK
+    assert "deadline" in error.detail
+    assert time.monotonic() - started < 3.0  # the 4 s body was not waited for
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_redirect_loop_is_refused(server, transport):
+    error = fetch_error(f"{server.base_url}/loop", transport=transport)
+    assert error.error_class is ErrorClass.REDIRECTS
+    assert "loop" in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_redirects_are_limited(server, transport):
+    assert fetch(f"{server.base_url}/chain/2", transport=transport, max_redirects=3).status == 200
+    error = fetch_error(f"{server.base_url}/chain/5", transport=transport, max_redirects=3)
+    assert error.error_class is ErrorClass.REDIRECTS
+    assert "more than 3 redirects" in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_cookies_live_for_one_task_only(server, transport):
+    import json
+
+    async def go():
+        fetcher = Fetcher(transport=transport)
+        try:
+            first = await fetcher.fetch(f"{server.base_url}/set-cookie")
+            second = await fetcher.fetch(f"{server.base_url}/echo")
+            return json.loads(first.body), json.loads(second.body), first.hops
+        finally:
+            await fetcher.aclose()
+
+    first, second, hops = asyncio.run(go())
+    assert first["cookie"] == "session=s3cret-value"  # kept across the task's redirect
+    assert len(hops) == 2
+    assert second["cookie"] == ""  # a new task starts with an empty jar
+
+
+def test_it_sends_the_configured_user_agent(server, settings):
+    import json
+
+    page = fetch(f"{server.base_url}/echo")
+    assert json.loads(page.body)["ua"] == settings.SALVAGE_USER_AGENT
+    page = fetch(f"{server.base_url}/echo", user_agent="TestBot/1")
+    assert json.loads(page.body)["ua"] == "TestBot/1"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_per_host_concurrency_is_bounded(server, transport):
+    hits = server.hits
+    hits.max_in_flight = 0
+
+    async def go():
+        fetcher = Fetcher(transport=transport, per_host=2, concurrency=16)
+        try:
+            await asyncio.gather(*(fetcher.fetch(f"{server.base_url}/slow") for _ in range(8)))
+        finally:
+            await fetcher.aclose()
+
+    asyncio.run(go())
+    assert hits.max_in_flight == 2
+
+
+def test_min_delay_spaces_requests_to_a_host(server):
+    hits = server.hits
+    hits.starts.clear()
+
+    async def go():
+        fetcher = Fetcher(per_host=4, min_delay=0.1)
+        try:
+            await asyncio.gather(*(fetcher.fetch(f"{server.base_url}/slow") for _ in range(4)))
+        finally:
+            await fetcher.aclose()
+
+    asyncio.run(go())
+    starts = sorted(hits.starts)
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) == 4 and min(gaps) >= 0.09
+
+
+def test_a_429_slows_the_host_and_successes_recover():
+    gate = HostGate(per_host=4, min_delay=0.0, max_delay=1.0)
+    assert gate.interval == 0
+    gate.slow_down()
+    assert gate.interval == HostGate.STEP
+    for _ in range(5):
+        gate.slow_down()
+    assert gate.interval == 1.0  # capped
+    for _ in range(10):
+        gate.recover()
+    assert gate.interval == 0  # back to the configured minimum
+
+
+def test_the_guard_reads_the_allow_list_from_settings(settings):
+    settings.SALVAGE_ALLOWED_NETWORKS = ["192.168.0.0/16"]
+    guard = AddressGuard.from_settings()
+    assert guard.check_literal("192.168.1.1") == ipaddress.IPv4Address("192.168.1.1")
+    with pytest.raises(FetchError, match="loopback"):
+        guard.check_literal("127.0.0.1")
