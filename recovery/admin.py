@@ -1,0 +1,146 @@
+"""Django admin for the raw records: read-only for everyone but superusers.
+
+Staff users see what their view permissions allow; only a superuser can add, change or delete,
+because records change through the engine's guarded moves (recovery.states), never by hand.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from recovery import models
+
+
+class RawRecordAdmin(admin.ModelAdmin):
+    list_per_page = 50
+    show_full_result_count = False  # no COUNT(*) over a million rows per page view
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+
+@admin.register(models.Dataset)
+class DatasetAdmin(RawRecordAdmin):
+    list_display = ("name", "provider", "auto_accept", "max_attempts", "updated_at")
+    search_fields = ("name",)
+
+
+@admin.register(models.Run)
+class RunAdmin(RawRecordAdmin):
+    list_display = ("id", "dataset", "window", "acceptance_state", "task_total", "created_at")
+    list_filter = ("acceptance_state",)
+    list_select_related = ("dataset",)
+    search_fields = ("window", "dataset__name")
+
+
+@admin.register(models.Task)
+class TaskAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "state", "partition", "page_type", "last_error_class")
+    list_filter = ("state", "page_type")
+    raw_id_fields = ("run", "parent", "recovery_batch")
+    search_fields = ("=task_key",)
+
+
+@admin.register(models.Attempt)
+class AttemptAdmin(RawRecordAdmin):
+    list_display = (
+        "id",
+        "task_id",
+        "outcome",
+        "error_class",
+        "http_status",
+        "worker",
+        "started_at",
+    )
+    list_filter = ("outcome",)
+    raw_id_fields = ("task", "run", "recovery_batch", "replaces")
+
+
+@admin.register(models.Observation)
+class ObservationAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "partition", "validation_state", "version", "observed_at")
+    list_filter = ("validation_state",)
+    raw_id_fields = ("run", "source_task", "source_attempt")
+    search_fields = ("=observation_key",)
+
+
+@admin.register(models.ObservationVersion)
+class ObservationVersionAdmin(RawRecordAdmin):
+    list_display = ("id", "observation_id", "version", "superseded_at")
+    raw_id_fields = ("observation", "source_attempt")
+
+
+@admin.register(models.RecoveryBatch)
+class RecoveryBatchAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "state", "task_count", "created_by", "created_at")
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.OutboxEvent)
+class OutboxEventAdmin(RawRecordAdmin):
+    list_display = ("id", "event_type", "state", "attempts", "next_attempt_at", "delivered_at")
+    list_filter = ("state", "event_type")
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.RemoteJob)
+class RemoteJobAdmin(RawRecordAdmin):
+    list_display = ("id", "provider", "kind", "provider_job_id", "state", "credits_used")
+    list_filter = ("state", "provider")
+    raw_id_fields = ("attempt", "run", "replaces")
+
+
+@admin.register(models.RemoteJobItem)
+class RemoteJobItemAdmin(RawRecordAdmin):
+    list_display = ("id", "job_id", "item_index", "status")
+    raw_id_fields = ("job", "task", "observation", "retried_in")
+
+
+@admin.register(models.WebhookReceipt)
+class WebhookReceiptAdmin(RawRecordAdmin):
+    list_display = ("id", "provider", "provider_job_id", "status", "received_at")
+    raw_id_fields = ("job",)
+
+
+@admin.register(models.RunPartition)
+class RunPartitionAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "name", "quarantined", "reviewed_by")
+    list_filter = ("quarantined",)
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.ValidationResult)
+class ValidationResultAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "rule", "partition", "passed", "value", "threshold")
+    list_filter = ("passed",)
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.TaskCountDelta)
+class TaskCountDeltaAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "partition", "state", "delta")
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.WorkerHeartbeat)
+class WorkerHeartbeatAdmin(RawRecordAdmin):
+    list_display = ("worker", "hostname", "pid", "last_seen", "claimed", "committed")
+
+
+@admin.register(models.TriageNote)
+class TriageNoteAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "partition", "task_id", "author", "created_at")
+    raw_id_fields = ("run", "task")
+
+
+@admin.register(models.AuditEntry)
+class AuditEntryAdmin(RawRecordAdmin):
+    list_display = ("at", "actor", "action", "object_type", "object_id")
+    list_filter = ("action",)
+    search_fields = ("actor", "object_id")
