@@ -132,6 +132,7 @@ class Claimed:
     attempt_count: int
     lease_token: int
     previous_state: str
+    previous_owner: str  # set when an expired lease was taken over (its token is ours - 1)
     first_attempt_at: datetime | None
     recovery_batch_id: int | None
     dataset_id: int
@@ -182,15 +183,15 @@ UPDATE recovery_task AS t SET
 FROM (
     -- task_claim_idx: partial index on the claimable states, ordered like this ORDER BY.
     -- SKIP LOCKED: concurrent claimers take disjoint rows instead of queueing on each other.
-    SELECT id, state FROM recovery_task
+    SELECT id, state, lease_owner FROM recovery_task
     WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= statement_timestamp()
     ORDER BY priority DESC, next_attempt_at
     LIMIT %s
     FOR UPDATE SKIP LOCKED
 ) AS c, recovery_run AS r, recovery_dataset AS d
 WHERE t.id = c.id AND r.id = t.run_id AND d.id = r.dataset_id
-RETURNING {_TASK_COLS}, c.state, d.id, d.name, d.provider, r."window", r.scraper_version,
-    COALESCE(d.lease_seconds, %s), d.max_attempts, d.max_elapsed_seconds
+RETURNING {_TASK_COLS}, c.state, c.lease_owner, d.id, d.name, d.provider, r."window",
+    r.scraper_version, COALESCE(d.lease_seconds, %s), d.max_attempts, d.max_elapsed_seconds
 """
 
 
@@ -209,6 +210,7 @@ def _claimed_from_row(row, default_lease: int) -> Claimed:
         first_attempt_at,
         batch_id,
         previous_state,
+        previous_owner,
         dataset_id,
         dataset,
         provider,
@@ -230,6 +232,7 @@ def _claimed_from_row(row, default_lease: int) -> Claimed:
         attempt_count=attempt_count,
         lease_token=lease_token,
         previous_state=previous_state,
+        previous_owner=previous_owner if previous_state == TaskState.LEASED else "",
         first_attempt_at=_dt_result(first_attempt_at),
         recovery_batch_id=batch_id,
         dataset_id=dataset_id,
@@ -248,6 +251,7 @@ def _claim_pg(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         cursor.execute(_PG_CLAIM, [worker_id, lease, lease, limit, lease])
         claimed = [_claimed_from_row(row, lease) for row in cursor.fetchall()]
         _record_claim_counters(claimed)
+        _record_takeovers(cursor, worker_id, claimed)
     return claimed
 
 
@@ -257,12 +261,12 @@ def _claim_sqlite(worker_id: str, limit: int, lease: int) -> list[Claimed]:
     # needed, and the old state read here is the state the UPDATE replaces.
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, state FROM recovery_task "
+            f"SELECT id, state, lease_owner FROM recovery_task "
             f"WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= {_SQLITE_DUE} "
             f"ORDER BY priority DESC, next_attempt_at LIMIT %s",
             [limit],
         )
-        previous = dict(cursor.fetchall())
+        previous = {row[0]: row[1:] for row in cursor.fetchall()}
         if not previous:
             return []
         ids = list(previous)
@@ -293,9 +297,10 @@ def _claim_sqlite(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         )
         runs = {row[0]: row[1:] for row in cursor.fetchall()}
         claimed = [
-            _claimed_from_row((*row, previous[row[0]], *runs[row[2]]), lease) for row in rows
+            _claimed_from_row((*row, *previous[row[0]], *runs[row[2]]), lease) for row in rows
         ]
         _record_claim_counters(claimed)
+        _record_takeovers(cursor, worker_id, claimed)
     return claimed
 
 
@@ -310,6 +315,25 @@ def _record_claim_counters(claimed: list[Claimed]) -> None:
         (run_id, partition, old, TaskState.LEASED, n)
         for (run_id, partition, old), n in changes.items()
     )
+
+
+def _record_takeovers(cursor, worker_id: str, claimed: list[Claimed]) -> None:
+    """An expired lease taken over means its holder never committed (it crashed, stalled or
+    lost its database): record that attempt as lost_lease now, so every execution stays
+    traceable (guarantee 3) even when its worker died before writing anything."""
+    taken = [c for c in claimed if c.previous_state == TaskState.LEASED and c.previous_owner]
+    if not taken:
+        return
+    now = datetime.now(UTC)
+    rows = []
+    for c in taken:
+        old = Claimed(**{f: getattr(c, f) for f in Claimed.__slots__})
+        old.lease_token = c.lease_token - 1
+        old.started_at = now
+        plan = _Plan(old, Outcome(), TaskState.LEASED, "lost_lease", "", "", None, None)
+        detail = f"lease expired without a commit; taken over by {worker_id}"
+        rows.append((plan, "lost_lease", detail, c.previous_owner))
+    _insert_attempts(cursor, rows, now)
 
 
 def claim(worker_id: str, limit: int | None = None) -> list[Claimed]:
@@ -565,8 +589,8 @@ def _fence(cursor, worker_id: str, plans: list[_Plan]) -> set[int]:
     return {row[0] for row in cursor.fetchall()}
 
 
-def _insert_attempts(cursor, worker_id: str, rows: list[tuple[_Plan, str, str]], finished):
-    """Attempt rows: (plan, outcome, error_detail) — one multi-row INSERT per chunk."""
+def _insert_attempts(cursor, rows: list[tuple[_Plan, str, str, str]], finished) -> None:
+    """Attempt rows: (plan, outcome, error_detail, worker) — one multi-row INSERT per chunk."""
     pg = _pg()
     json_mark = "::jsonb" if pg else ""
     casts = ("",) * 10 + (json_mark,) + ("",) * 4
@@ -574,7 +598,7 @@ def _insert_attempts(cursor, worker_id: str, rows: list[tuple[_Plan, str, str]],
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
         params: list[Any] = []
-        for plan, outcome, detail in chunk:
+        for plan, outcome, detail, worker_id in chunk:
             c = plan.claimed
             params += [
                 plan.attempt_id if pg else plan.attempt_id.hex,
@@ -751,7 +775,7 @@ def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSum
         lost = [p for p in plans if p.claimed.task_id not in fenced]
         obs_rows = _observation_rows(plans)  # also sets every plan's payload_hash
         won_ids = {id(p) for p in won}
-        attempt_rows = [(p, p.attempt_outcome, p.error_detail) for p in won]
+        attempt_rows = [(p, p.attempt_outcome, p.error_detail, worker_id) for p in won]
         # A lost lease still leaves a traceable Attempt (guarantee 3), but none of its writes:
         # no observation, no child, no state change.
         for p in lost:
@@ -761,9 +785,9 @@ def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSum
             )
             if p.error_detail:
                 detail += f" ({p.error_detail})"
-            attempt_rows.append((p, "lost_lease", detail))
+            attempt_rows.append((p, "lost_lease", detail, worker_id))
         if attempt_rows:
-            _insert_attempts(cursor, worker_id, attempt_rows, finished)
+            _insert_attempts(cursor, attempt_rows, finished)
         obs_rows = [r for r in obs_rows if id(r[4]) in won_ids]
         if obs_rows:
             summary.observations = _upsert_observations(cursor, obs_rows, now_param)

@@ -138,9 +138,12 @@ def test_a_stale_commit_is_fenced_out_and_recorded_as_lost_lease():
     task = Task.objects.get(pk=old.task_id)
     assert (task.state, task.lease_owner, task.lease_token) == ("leased", "fast", new.lease_token)
     assert not Observation.objects.exists()
-    lost = Attempt.objects.get(worker="slow")
-    assert lost.outcome == "lost_lease"
-    assert "lost lease" in lost.error_detail
+    # Two traces of the slow worker: the takeover noted its lease expired, and its late commit
+    # was refused. Both lost_lease, neither wrote anything else.
+    details = sorted(Attempt.objects.filter(worker="slow").values_list("outcome", "error_detail"))
+    assert [outcome for outcome, _d in details] == ["lost_lease", "lost_lease"]
+    assert any(d.startswith("lost lease: token") for _o, d in details)
+    assert any("taken over by fast" in d for _o, d in details)
     fresh = leases.commit_outcomes("fast", [new], [ok("from-fast")])
     assert fresh.states == {"committed": 1}
     assert list(Observation.objects.values_list("entity_key", flat=True)) == ["from-fast"]
@@ -388,3 +391,24 @@ def test_every_failure_class_lands_in_its_state(error_class):
     assert attempt.outcome == {"retry_wait": "retry"}.get(expected, expected)
     assert not Observation.objects.exists()
     assert counters.by_state(run.pk) == {expected: 1}
+
+
+def test_a_taken_over_lease_leaves_a_traceable_attempt_for_the_dead_holder():
+    run = make_run()
+    make_tasks(run, 1)
+    (old,) = leases.claim("crashed")
+    expire([old.task_id])
+    (new,) = leases.claim("rescuer")
+    assert new.previous_owner == "crashed"
+    attempt = Attempt.objects.get()
+    assert (attempt.worker, attempt.outcome, attempt.lease_token) == (
+        "crashed",
+        "lost_lease",
+        old.lease_token,
+    )
+    assert "taken over by rescuer" in attempt.error_detail
+    leases.commit_outcomes("rescuer", [new], [ok("e")])
+    assert sorted(Attempt.objects.values_list("outcome", flat=True)) == [
+        "committed",
+        "lost_lease",
+    ]
