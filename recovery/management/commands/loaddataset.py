@@ -1,0 +1,27 @@
+"""manage.py loaddataset SPEC: create or update a Dataset from a TOML or JSON spec."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import specs
+
+
+class Command(BaseCommand):
+    help = "Create or update a dataset from a TOML or JSON spec (docs/spec-format.md)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("spec", help="path to a .toml or .json dataset spec")
+
+    def handle(self, *args, **options) -> None:
+        path = options["spec"]
+        try:
+            raw = specs.parse_file(path)  # its errors already name the file
+        except specs.SpecError as exc:
+            raise CommandError(str(exc), returncode=2) from None
+        try:
+            spec = specs.validate(raw)
+        except specs.SpecError as exc:
+            raise CommandError(f"{path}: {exc}", returncode=2) from None
+        dataset, outcome = specs.save_dataset(spec)
+        self.stdout.write(f"dataset {dataset.name} {outcome} (spec {dataset.spec_sha256[:12]})")

@@ -1,0 +1,448 @@
+"""Dataset specs: parse a TOML or JSON file, validate it, store it as a Dataset.
+
+The format is docs/spec-format.md. Validation is strict about names (an unknown key is an
+error, so a typo such as `requried` cannot silently turn a required field optional) and every
+error names the offending key by its dotted path. The stored spec is the normalised dict:
+defaults filled in, so readers never guess, and `default_page_type` recorded explicitly because
+PostgreSQL's jsonb does not keep key order (the "first" page type would be lost on reload).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+PROVIDERS = ("direct", "messora", "tornado", "webscraper", "noop")
+FIELD_TYPES = ("text", "decimal", "int", "bool")
+MARKERS = ("expect", "consent", "login", "challenge", "empty_shell")
+TASK_OUTCOMES = ("committed", "quarantined", "gone", "dead")
+
+# Rule kind -> keys it must have (recovery/validation.py evaluates them).
+RULE_KINDS: dict[str, tuple[str, ...]] = {
+    "coverage": ("min",),
+    "range": ("field",),
+    "pattern": ("field", "pattern"),
+    "required": ("min",),
+    "outcome_ratio": ("outcome", "min"),
+    "partition_invalid_share": ("field", "max"),
+}
+RULE_KEYS = frozenset({"name", "kind", "field", "min", "max", "pattern", "outcome", "description"})
+
+TOP_KEYS = frozenset(
+    {
+        "name",
+        "description",
+        "provider",
+        "scraper_version",
+        "schema_version",
+        "auto_accept",
+        "lease_seconds",
+        "max_attempts",
+        "max_elapsed_seconds",
+        "entity_key",
+        "partition",
+        "provider_options",
+        "page_types",
+        "default_page_type",
+        "rules",
+    }
+)
+PAGE_TYPE_KEYS = frozenset({*MARKERS, "fields", "links", "cursor"})
+FIELD_KEYS = frozenset({"selector", "attr", "type", "required"})
+LINK_KEYS = frozenset({"selector", "attr", "page_type", "max_depth", "allow"})
+CURSOR_KEYS = frozenset({"selector", "attr"})
+
+# Credentials come from the environment only (guarantee 11): a spec is stored in the database
+# and shown in the dashboard, so an option whose name looks like a secret is refused.
+_SECRET_NAME = re.compile(r"(key|token|secret|password|passwd|credential|auth|cookie)", re.I)
+_SLUG = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be loaded; the message names the key (e.g. `page_types.product`)."""
+
+
+def parse_file(path: str | Path) -> dict[str, Any]:
+    """Read a .toml or .json spec file into a raw dict (not yet validated)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise SpecError(f"{path}: unknown spec format {suffix or '(none)'!r} (use .toml or .json)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    try:
+        raw = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: invalid TOML: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: the top level must be a table/object")
+    return raw
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: must be a table, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(table: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise SpecError(
+            f"{prefix}{unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _str(value: Any, where: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise SpecError(f"{where}: must be a non-empty string")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: must be true or false")
+    return value
+
+
+def _int(value: Any, where: str, *, minimum: int) -> int:
+    # bool is an int in Python; `true` where a number belongs is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: must be an integer")
+    if value < minimum:
+        raise SpecError(f"{where}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{where}: must be a number")
+    return value
+
+
+def _regex(value: Any, where: str) -> str:
+    pattern = _str(value, where)
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise SpecError(f"{where}: invalid regular expression: {exc}") from None
+    return pattern
+
+
+def _version(value: Any, where: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    version = _str(value, where)
+    if len(version) > 64:
+        raise SpecError(f"{where}: at most 64 characters")
+    return version
+
+
+def _selector(value: Any, where: str) -> str:
+    selector = _str(value, where)
+    # selectolax raises on bad selectors only at match time; catch the worst here cheaply.
+    if selector.count("[") != selector.count("]") or selector.count("(") != selector.count(")"):
+        raise SpecError(f"{where}: unbalanced brackets in CSS selector {selector!r}")
+    return selector
+
+
+def _marker(value: Any, where: str, name: str) -> dict[str, Any]:
+    table = _table(value, where)
+    if name == "empty_shell":
+        _no_unknown(table, frozenset({"min_text_chars"}), where)
+        if "min_text_chars" not in table:
+            raise SpecError(f"{where}.min_text_chars: required")
+        return {
+            "min_text_chars": _int(table["min_text_chars"], f"{where}.min_text_chars", minimum=0)
+        }
+    _no_unknown(table, frozenset({"selector", "text"}), where)
+    if not table:
+        raise SpecError(f"{where}: needs a selector and/or a text pattern")
+    out: dict[str, Any] = {}
+    if "selector" in table:
+        out["selector"] = _selector(table["selector"], f"{where}.selector")
+    if "text" in table:
+        out["text"] = _regex(table["text"], f"{where}.text")
+    return out
+
+
+def _field(value: Any, where: str) -> dict[str, Any]:
+    table = _table(value, where)
+    _no_unknown(table, FIELD_KEYS, where)
+    if "selector" not in table:
+        raise SpecError(f"{where}.selector: required")
+    out: dict[str, Any] = {
+        "selector": _selector(table["selector"], f"{where}.selector"),
+        "type": table.get("type", "text"),
+        "required": _bool(table.get("required", False), f"{where}.required"),
+    }
+    if out["type"] not in FIELD_TYPES:
+        raise SpecError(f"{where}.type: {out['type']!r} is not one of {', '.join(FIELD_TYPES)}")
+    if "attr" in table:
+        out["attr"] = _str(table["attr"], f"{where}.attr")
+    return out
+
+
+def _links(value: Any, where: str) -> dict[str, Any]:
+    table = _table(value, where)
+    _no_unknown(table, LINK_KEYS, where)
+    for key in ("selector", "page_type"):
+        if key not in table:
+            raise SpecError(f"{where}.{key}: required")
+    out: dict[str, Any] = {
+        "selector": _selector(table["selector"], f"{where}.selector"),
+        "attr": _str(table.get("attr", "href"), f"{where}.attr"),
+        "page_type": _str(table["page_type"], f"{where}.page_type"),
+        "max_depth": _int(table.get("max_depth", 1), f"{where}.max_depth", minimum=0),
+        "allow": [],
+    }
+    allow = table.get("allow", [])
+    if not isinstance(allow, list):
+        raise SpecError(f"{where}.allow: must be a list of strings")
+    out["allow"] = [_str(item, f"{where}.allow[{i}]") for i, item in enumerate(allow)]
+    return out
+
+
+def _page_type(value: Any, where: str) -> dict[str, Any]:
+    table = _table(value, where)
+    _no_unknown(table, PAGE_TYPE_KEYS, where)
+    out: dict[str, Any] = {}
+    for name in MARKERS:
+        if name in table:
+            out[name] = _marker(table[name], f"{where}.{name}", name)
+    fields = _table(table.get("fields", {}), f"{where}.fields")
+    out["fields"] = {}
+    for field_name, spec in fields.items():
+        if not _NAME.match(field_name):
+            raise SpecError(f"{where}.fields.{field_name}: field names are [A-Za-z0-9_-]")
+        out["fields"][field_name] = _field(spec, f"{where}.fields.{field_name}")
+    if "links" in table:
+        out["links"] = _links(table["links"], f"{where}.links")
+    if "cursor" in table:
+        cursor = _table(table["cursor"], f"{where}.cursor")
+        _no_unknown(cursor, CURSOR_KEYS, f"{where}.cursor")
+        if "selector" not in cursor:
+            raise SpecError(f"{where}.cursor.selector: required")
+        out["cursor"] = {
+            "selector": _selector(cursor["selector"], f"{where}.cursor.selector"),
+            "attr": _str(cursor.get("attr", "href"), f"{where}.cursor.attr"),
+        }
+    if not (out["fields"] or "links" in out or "cursor" in out):
+        raise SpecError(f"{where}: needs fields, links or a cursor (it would extract nothing)")
+    return out
+
+
+def _rule(value: Any, where: str, fields: set[str]) -> dict[str, Any]:
+    table = _table(value, where)
+    _no_unknown(table, RULE_KEYS, where)
+    for key in ("name", "kind"):
+        if key not in table:
+            raise SpecError(f"{where}.{key}: required")
+    name = _str(table["name"], f"{where}.name")
+    if not _NAME.match(name):
+        raise SpecError(f"{where}.name: {name!r} must match [A-Za-z_][A-Za-z0-9_-]*")
+    where = f"rules.{name}"
+    kind = table["kind"]
+    if kind not in RULE_KINDS:
+        raise SpecError(f"{where}.kind: {kind!r} is not one of {', '.join(RULE_KINDS)}")
+    for key in RULE_KINDS[kind]:
+        if key not in table:
+            raise SpecError(f"{where}.{key}: required for kind {kind!r}")
+    out: dict[str, Any] = {"name": name, "kind": kind}
+    if "description" in table:
+        out["description"] = _str(table["description"], f"{where}.description")
+    if "field" in table:
+        field = _str(table["field"], f"{where}.field")
+        if field not in fields:
+            raise SpecError(f"{where}.field: {field!r} is not a field of any page type")
+        out["field"] = field
+    for key in ("min", "max"):
+        if key in table:
+            out[key] = _number(table[key], f"{where}.{key}")
+    if kind == "range" and "min" not in out and "max" not in out:
+        raise SpecError(f"{where}: a range rule needs min and/or max")
+    if kind in ("coverage", "required", "outcome_ratio", "partition_invalid_share"):
+        for key in ("min", "max"):
+            if key in out and not 0 <= out[key] <= 1:
+                raise SpecError(f"{where}.{key}: a share must be between 0 and 1")
+    if "min" in out and "max" in out and out["min"] > out["max"]:
+        raise SpecError(f"{where}: min {out['min']} is above max {out['max']}")
+    if "pattern" in table:
+        out["pattern"] = _regex(table["pattern"], f"{where}.pattern")
+    if "outcome" in table:
+        if table["outcome"] not in TASK_OUTCOMES:
+            raise SpecError(
+                f"{where}.outcome: {table['outcome']!r} is not one of {', '.join(TASK_OUTCOMES)}"
+            )
+        out["outcome"] = table["outcome"]
+    return out
+
+
+def validate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Check a raw spec and return the normalised spec (defaults filled in)."""
+    _table(raw, "spec")
+    _no_unknown(raw, TOP_KEYS, "")
+    if "name" not in raw:
+        raise SpecError("name: required")
+    name = _str(raw["name"], "name")
+    if not _SLUG.match(name):
+        raise SpecError(f"name: {name!r} must be a slug ([A-Za-z0-9_-], at most 100 characters)")
+    provider = raw.get("provider", "direct")
+    if provider not in PROVIDERS:
+        raise SpecError(f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}")
+
+    spec: dict[str, Any] = {
+        "name": name,
+        "provider": provider,
+        "scraper_version": _version(raw.get("scraper_version", "1"), "scraper_version"),
+        "schema_version": _version(raw.get("schema_version", "1"), "schema_version"),
+        "auto_accept": _bool(raw.get("auto_accept", False), "auto_accept"),
+        "lease_seconds": None,
+        "max_attempts": _int(raw.get("max_attempts", 5), "max_attempts", minimum=1),
+        "max_elapsed_seconds": _int(
+            raw.get("max_elapsed_seconds", 21600), "max_elapsed_seconds", minimum=1
+        ),
+    }
+    if "description" in raw:
+        spec["description"] = _str(raw["description"], "description", allow_empty=True)
+    if raw.get("lease_seconds") is not None:
+        spec["lease_seconds"] = _int(raw["lease_seconds"], "lease_seconds", minimum=1)
+
+    if "page_types" not in raw:
+        raise SpecError("page_types: required (at least one page type)")
+    page_types_raw = _table(raw["page_types"], "page_types")
+    if not page_types_raw:
+        raise SpecError("page_types: at least one page type is required")
+    page_types: dict[str, Any] = {}
+    for pt_name, pt in page_types_raw.items():
+        if not _NAME.match(pt_name):
+            raise SpecError(f"page_types.{pt_name}: page type names are [A-Za-z0-9_-], max 64")
+        page_types[pt_name] = _page_type(pt, f"page_types.{pt_name}")
+    for pt_name, pt in page_types.items():
+        target = pt.get("links", {}).get("page_type")
+        if target is not None and target not in page_types:
+            raise SpecError(
+                f"page_types.{pt_name}.links.page_type: {target!r} is not a defined page type"
+            )
+    spec["page_types"] = page_types
+    default_pt = raw.get("default_page_type", next(iter(page_types)))
+    if default_pt not in page_types:
+        raise SpecError(f"default_page_type: {default_pt!r} is not a defined page type")
+    spec["default_page_type"] = default_pt
+    all_fields = {f for pt in page_types.values() for f in pt["fields"]}
+
+    entity = _table(raw.get("entity_key", {"from": "url"}), "entity_key")
+    _no_unknown(entity, frozenset({"field", "from"}), "entity_key")
+    if ("field" in entity) == ("from" in entity):
+        raise SpecError('entity_key: give exactly one of field = "<name>" or from = "url"')
+    if "from" in entity:
+        if entity["from"] != "url":
+            raise SpecError(f'entity_key.from: {entity["from"]!r} is not supported (use "url")')
+        spec["entity_key"] = {"from": "url"}
+    else:
+        field = _str(entity["field"], "entity_key.field")
+        if field not in all_fields:
+            raise SpecError(f"entity_key.field: {field!r} is not a field of any page type")
+        spec["entity_key"] = {"field": field}
+
+    partition = _table(raw.get("partition", {"rule": "host"}), "partition")
+    _no_unknown(partition, frozenset({"rule"}), "partition")
+    rule = _str(partition.get("rule", "host"), "partition.rule")
+    if rule.startswith("field:"):
+        if rule[6:] not in all_fields:
+            raise SpecError(f"partition.rule: {rule[6:]!r} is not a field of any page type")
+    elif rule not in ("host", "manifest"):
+        raise SpecError(f"partition.rule: {rule!r} is not host, manifest or field:<name>")
+    spec["partition"] = {"rule": rule}
+
+    options = _table(raw.get("provider_options", {}), "provider_options")
+    for key in options:
+        if _SECRET_NAME.search(key):
+            raise SpecError(
+                f"provider_options.{key}: looks like a credential; secrets come from the "
+                "environment, never from a spec"
+            )
+    spec["provider_options"] = options
+
+    rules_raw = raw.get("rules", [])
+    if not isinstance(rules_raw, list):
+        raise SpecError("rules: must be an array of tables ([[rules]])")
+    rules = [_rule(r, f"rules[{i}]", all_fields) for i, r in enumerate(rules_raw)]
+    names = [r["name"] for r in rules]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise SpecError(f"rules.{n}: rule names must be unique")
+    spec["rules"] = rules
+    return spec
+
+
+def spec_sha256(spec: dict[str, Any]) -> str:
+    """Hash of the normalised spec, so the same spec in TOML or JSON has one hash."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def save_dataset(spec: dict[str, Any]) -> tuple[Any, str]:
+    """Create or update the Dataset named in a normalised spec.
+
+    Returns (dataset, "created" | "updated" | "unchanged"). Existing runs keep their task keys:
+    keys hash the dataset *name*, which a reload cannot change.
+    """
+    from recovery import audit
+    from recovery.models import Dataset
+
+    digest = spec_sha256(spec)
+    values = {
+        "spec": spec,
+        "spec_sha256": digest,
+        "provider": spec["provider"],
+        "auto_accept": spec["auto_accept"],
+        "lease_seconds": spec["lease_seconds"],
+        "max_attempts": spec["max_attempts"],
+        "max_elapsed_seconds": spec["max_elapsed_seconds"],
+    }
+    with transaction.atomic():
+        dataset = Dataset.objects.select_for_update().filter(name=spec["name"]).first()
+        if dataset is None:
+            dataset = Dataset.objects.create(name=spec["name"], **values)
+            outcome = "created"
+        elif dataset.spec_sha256 == digest:
+            outcome = "unchanged"
+        else:
+            previous = dataset.spec_sha256
+            values["updated_at"] = timezone.now()
+            Dataset.objects.filter(pk=dataset.pk).update(**values)
+            dataset.refresh_from_db()
+            outcome = "updated"
+        if outcome != "unchanged":
+            audit.record(
+                "system",
+                f"dataset_{outcome}",
+                dataset,
+                spec_sha256=digest,
+                **({"previous_sha256": previous} if outcome == "updated" else {}),
+            )
+    return dataset, outcome
+
+
+def load_dataset(path: str | Path) -> Any:
+    """Parse, validate and store a spec file; returns the Dataset. Raises SpecError."""
+    dataset, _outcome = save_dataset(validate(parse_file(path)))
+    return dataset

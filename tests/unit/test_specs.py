@@ -1,0 +1,201 @@
+"""Dataset specs: the documented format loads; every mistake names its key."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from recovery import specs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MINIMAL = {
+    "name": "shop",
+    "page_types": {"product": {"fields": {"sku": {"selector": "[data-sku]", "attr": "data-sku"}}}},
+}
+
+
+def documented_spec() -> dict:
+    text = (ROOT / "docs" / "spec-format.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert block, "docs/spec-format.md lost its TOML example"
+    return tomllib.loads(block.group(1))
+
+
+def test_it_accepts_the_documented_example():
+    spec = specs.validate(documented_spec())
+    assert spec["name"] == "shop"
+    assert list(spec["page_types"]) == ["product", "category", "listing"]
+    assert spec["default_page_type"] == "product"
+    assert spec["entity_key"] == {"field": "sku"}
+    assert spec["page_types"]["product"]["fields"]["price"]["type"] == "decimal"
+    assert spec["page_types"]["category"]["links"]["page_type"] == "product"
+    assert [r["name"] for r in spec["rules"]][:2] == ["coverage", "price_positive"]
+
+
+def test_it_accepts_the_example_in_the_repository():
+    spec = specs.validate(specs.parse_file(ROOT / "examples" / "shop.toml"))
+    assert spec["provider"] == "direct"
+
+
+def test_it_fills_in_defaults():
+    spec = specs.validate(copy.deepcopy(MINIMAL))
+    assert spec["provider"] == "direct"
+    assert spec["scraper_version"] == "1"
+    assert spec["auto_accept"] is False
+    assert spec["lease_seconds"] is None
+    assert spec["max_attempts"] == 5
+    assert spec["entity_key"] == {"from": "url"}
+    assert spec["partition"] == {"rule": "host"}
+    assert spec["rules"] == []
+    field = spec["page_types"]["product"]["fields"]["sku"]
+    assert field == {
+        "selector": "[data-sku]",
+        "attr": "data-sku",
+        "type": "text",
+        "required": False,
+    }
+
+
+def test_the_same_spec_in_toml_and_json_has_one_hash(tmp_path):
+    raw = documented_spec()
+    (tmp_path / "a.json").write_text(json.dumps(raw))
+    doc = (ROOT / "docs" / "spec-format.md").read_text()
+    (tmp_path / "a.toml").write_text(re.search(r"```toml\n(.*?)```", doc, re.S).group(1))
+    from_json = specs.validate(specs.parse_file(tmp_path / "a.json"))
+    from_toml = specs.validate(specs.parse_file(tmp_path / "a.toml"))
+    assert specs.spec_sha256(from_json) == specs.spec_sha256(from_toml)
+    changed = copy.deepcopy(raw)
+    changed["max_attempts"] = 6
+    assert specs.spec_sha256(specs.validate(changed)) != specs.spec_sha256(from_toml)
+
+
+def test_it_keeps_the_default_page_type_explicit():
+    raw = copy.deepcopy(MINIMAL)
+    raw["page_types"]["category"] = {"links": {"selector": "a", "page_type": "product"}}
+    raw["default_page_type"] = "category"
+    assert specs.validate(raw)["default_page_type"] == "category"
+
+
+def mutate(path: str, value) -> dict:
+    """MINIMAL with `value` set at a dotted path (value DELETE removes the key)."""
+    raw = copy.deepcopy(MINIMAL)
+    *parents, last = path.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return raw
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("name", DELETE, "name: required"),
+        ("name", "has space", "name: 'has space' must be a slug"),
+        ("name", 7, "name: must be a non-empty string"),
+        ("provider", "scrapy", "provider: 'scrapy' is not one of"),
+        ("auto_accept", "yes", "auto_accept: must be true or false"),
+        ("max_attempts", 0, "max_attempts: must be >= 1"),
+        ("max_attempts", True, "max_attempts: must be an integer"),
+        ("lease_seconds", 1.5, "lease_seconds: must be an integer"),
+        ("scraper_version", "", "scraper_version: must be a non-empty string"),
+        ("colour", "red", "colour: unknown key"),
+        ("page_types", DELETE, "page_types: required"),
+        ("page_types", {}, "page_types: at least one page type"),
+        ("page_types.product", {}, "page_types.product: needs fields, links or a cursor"),
+        ("page_types.product.fields.sku.selector", DELETE, "fields.sku.selector: required"),
+        ("page_types.product.fields.sku.requried", True, "fields.sku.requried: unknown key"),
+        ("page_types.product.fields.sku.type", "float", "fields.sku.type: 'float' is not one"),
+        ("page_types.product.fields.sku.selector", "div[x", "unbalanced brackets"),
+        ("page_types.product.challenge", {"text": "(unclosed"}, "challenge.text: invalid regular"),
+        ("page_types.product.expect", {}, "expect: needs a selector and/or a text pattern"),
+        ("page_types.product.empty_shell", {}, "empty_shell.min_text_chars: required"),
+        (
+            "page_types.product.links",
+            {"selector": "a", "page_type": "nowhere"},
+            "links.page_type: 'nowhere' is not a defined page type",
+        ),
+        ("page_types.product.links", {"selector": "a"}, "links.page_type: required"),
+        ("page_types.product.cursor", {"attr": "href"}, "cursor.selector: required"),
+        ("default_page_type", "listing", "default_page_type: 'listing' is not a defined"),
+        ("entity_key", {"field": "price"}, "entity_key.field: 'price' is not a field"),
+        ("entity_key", {"from": "title"}, "entity_key.from: 'title' is not supported"),
+        ("entity_key", {}, "entity_key: give exactly one of"),
+        ("partition.rule", "retailer", "partition.rule: 'retailer' is not host"),
+        ("partition.rule", "field:nope", "partition.rule: 'nope' is not a field"),
+        ("provider_options", {"api_key": "x"}, "provider_options.api_key: looks like a credential"),
+        ("provider_options", {"Token": "x"}, "provider_options.Token: looks like a credential"),
+        ("rules", {"name": "x"}, "rules: must be an array"),
+        ("rules", [{"kind": "coverage", "min": 1}], "rules[0].name: required"),
+        ("rules", [{"name": "c", "kind": "magic"}], "rules.c.kind: 'magic' is not one of"),
+        ("rules", [{"name": "c", "kind": "coverage"}], "rules.c.min: required for kind"),
+        ("rules", [{"name": "c", "kind": "coverage", "min": 95}], "rules.c.min: a share"),
+        ("rules", [{"name": "r", "kind": "range", "field": "sku"}], "rules.r: a range rule"),
+        (
+            "rules",
+            [{"name": "r", "kind": "range", "field": "sku", "min": 5, "max": 1}],
+            "rules.r: min 5 is above max 1",
+        ),
+        (
+            "rules",
+            [{"name": "p", "kind": "pattern", "field": "sku", "pattern": "["}],
+            "rules.p.pattern: invalid regular expression",
+        ),
+        (
+            "rules",
+            [{"name": "p", "kind": "pattern", "field": "nope", "pattern": "x"}],
+            "rules.p.field: 'nope' is not a field",
+        ),
+        (
+            "rules",
+            [{"name": "o", "kind": "outcome_ratio", "outcome": "won", "min": 0.5}],
+            "rules.o.outcome: 'won' is not one of",
+        ),
+        (
+            "rules",
+            [{"name": "c", "kind": "coverage", "min": 0.9}] * 2,
+            "rules.c: rule names must be unique",
+        ),
+    ],
+)
+def test_it_names_the_bad_key(path, value, message):
+    with pytest.raises(specs.SpecError) as err:
+        specs.validate(mutate(path, value))
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.toml", "name = ", "invalid TOML"),
+        ("bad.json", '{"name": ', "invalid JSON at line 1"),
+        ("list.json", "[1, 2]", "the top level must be a table"),
+        ("spec.yaml", "name: shop", "unknown spec format '.yaml'"),
+        ("latin1.toml", b"name = '\xe9'", "not UTF-8"),
+    ],
+)
+def test_it_names_unreadable_files(tmp_path, name, content, message):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(specs.SpecError, match=re.escape(message)):
+        specs.parse_file(path)
+
+
+def test_it_names_a_missing_file(tmp_path):
+    with pytest.raises(specs.SpecError, match="cannot read"):
+        specs.parse_file(tmp_path / "missing.toml")
