@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from recovery import audit, counters, outbox, validation
+from recovery import audit, counters, faults, outbox, validation
 from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run
 from recovery.states import run as run_states
 from recovery.states.run import RunState
@@ -147,6 +147,7 @@ def accept_run(run_id: int, actor: str) -> Run:
         run.refresh_from_db()
         event = outbox.enqueue(run, OutboxEvent.Kind.ACCEPTED, _summary(run))
         audit.record(actor, "accept_run", run, "", event=str(event.pk))
+    faults.point("after_accept")  # crash tests: accepted and committed, nothing delivered
     return run
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from recovery import audit
+from recovery import audit, faults
 from recovery.models import OutboxEvent, Run
 from recovery.states.base import check_move
 from recovery.states.delivery import ALLOWED, DeliveryState
@@ -69,12 +68,6 @@ class Failed(Exception):
 
 def _setting(name: str, default: Any) -> Any:
     return getattr(settings, name, default)
-
-
-def _crash_point(name: str) -> None:
-    """Crash-test seam (same switch as recovery.faults): SIGKILL here when armed."""
-    if os.environ.get("SALVAGE_FAULT_POINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --- destinations ---------------------------------------------------------------------------
@@ -300,7 +293,7 @@ def deliver_one(event_id: Any, *, now=None) -> str:
             next_attempt_at=timezone.now() + timedelta(seconds=delay),
         )
         return FAILED
-    _crash_point("outbox_after_send")
+    faults.point("outbox_after_send")  # crash tests: the write landed, "delivered" did not
     _finish(event.pk, attempt, DELIVERED, delivered_at=timezone.now(), last_error="")
     return DELIVERED
 

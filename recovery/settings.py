@@ -267,6 +267,17 @@ SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "arte
 SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
 # Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
 SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")
+# Outbox delivery (recovery.outbox): per-request timeout, how long a sender holds an event,
+# full-jitter backoff base/cap, and whether an acceptance enqueues a django-q2 wake-up.
+SALVAGE_DELIVERY_TIMEOUT = float(env_str("SALVAGE_DELIVERY_TIMEOUT", "10"))
+SALVAGE_DELIVERY_LEASE_SECONDS = env_int("SALVAGE_DELIVERY_LEASE_SECONDS", 60, minimum=1)
+SALVAGE_DELIVERY_BACKOFF_BASE = float(env_str("SALVAGE_DELIVERY_BACKOFF_BASE", "2"))
+SALVAGE_DELIVERY_BACKOFF_CAP = float(env_str("SALVAGE_DELIVERY_BACKOFF_CAP", "600"))
+SALVAGE_OUTBOX_WAKE = env_bool("SALVAGE_OUTBOX_WAKE", True)
+# Acceptance hooks (recovery.acceptance_steps): how often a worker advances runs while busy,
+# and the least time between two outbox sweeps sent by the dispatcher.
+SALVAGE_ADVANCE_SECONDS = float(env_str("SALVAGE_ADVANCE_SECONDS", "1"))
+SALVAGE_OUTBOX_SWEEP_SECONDS = float(env_str("SALVAGE_OUTBOX_SWEEP_SECONDS", "5"))
 # Fault injection for crash tests: names a point where the process SIGKILLs itself.
 # Read only by recovery.faults, which is inert unless this is set.
 SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")

@@ -7,7 +7,6 @@ With --output the file appears whole or not at all (temporary file, then rename)
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -42,10 +41,9 @@ class Command(BaseCommand):
             raise refuse(exc) from None
         output = options["output"]
         if not output:
-            out = sys.stdout
             for chunk in chunks:
-                out.write(chunk)
-            out.flush()
+                self.stdout.write(chunk, ending="")
+            self.stdout.flush()
             return
         target = Path(output).resolve()
         if not target.parent.is_dir():
