@@ -1,6 +1,8 @@
 """Imports every built-in provider module so that each registers itself."""
 
 from recovery.providers import (
+    direct,  # noqa: F401
     messora,  # noqa: F401  (asynchronous: recovery.remote)
     noop,  # noqa: F401
+    webscraper,  # noqa: F401  (asynchronous: recovery.remote)
 )
