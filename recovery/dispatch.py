@@ -169,3 +169,8 @@ def run_dispatcher(
             db.close_old_connections()
         stop.wait(tick_seconds)
     return sent
+
+
+# Acceptance and outbox: importing recovery.acceptance_steps registers a tick hook that advances
+# runs (candidate, auto-accept, batch completion) and wakes outbox delivery for due events.
+from recovery import acceptance_steps as _acceptance_steps  # noqa: E402, F401

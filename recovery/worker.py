@@ -403,6 +403,9 @@ def run_until_idle(
     )
 
 
+# Acceptance and outbox: importing recovery.acceptance_steps registers a step and an idle check
+# that advance runs (candidate, auto-accept, batch completion), also at the end of --until-idle.
 # Remote-job providers: importing recovery.remote registers its send/poll step and idle check
 # (register_step / register_idle_check above), so a restarted worker resumes polling at once.
+from recovery import acceptance_steps as _acceptance_steps  # noqa: E402, F401
 from recovery import remote as _remote  # noqa: E402, F401
