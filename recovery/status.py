@@ -1,0 +1,118 @@
+"""Run status: counts by task state, coverage and acceptance state, cheap at a million tasks.
+
+Task counts come from recovery.counters (a few summed delta rows), never from COUNT(*) over
+the task table. Coverage is committed logical tasks / logical tasks; attempts never enter it
+(ten retries of one page are one task and at most one observation).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypedDict
+
+from django.db.models import Count, Sum
+
+from recovery import counters
+from recovery.states.task import TERMINAL, TaskState
+
+_RUN_REF = re.compile(r"^(?P<dataset>[A-Za-z0-9_-]+)@(?P<window>[A-Za-z0-9._:-]+)$")
+
+
+class RunNotFound(LookupError):
+    """RUN names no run (by id or dataset@window)."""
+
+
+class RunStatus(TypedDict):
+    run: int
+    dataset: str
+    window: str
+    acceptance_state: str
+    state_reason: str
+    scraper_version: str
+    tasks: dict[str, int]
+    task_total: int
+    terminal: int
+    observations: int
+    observations_by_validation: dict[str, int]
+    coverage: float | None
+    coverage_note: str
+    credits_used: int
+    manifest_sha256: str
+    manifest_frozen_at: str | None
+
+
+def find_run(ref: str | int):
+    """A run by numeric id or by `dataset@window`."""
+    from recovery.models import Run
+
+    text = str(ref).strip()
+    if text.isdigit():
+        run = Run.objects.select_related("dataset").filter(pk=int(text)).first()
+    else:
+        match = _RUN_REF.match(text)
+        if not match:
+            raise RunNotFound(f"RUN {text!r}: give a run id or dataset@window")
+        run = (
+            Run.objects.select_related("dataset")
+            .filter(dataset__name=match["dataset"], window=match["window"])
+            .first()
+        )
+    if run is None:
+        raise RunNotFound(f"RUN {text!r}: no such run")
+    return run
+
+
+def run_status(run) -> RunStatus:
+    from recovery.models import Observation, RemoteJob
+
+    by_state = counters.by_state(run.pk)
+    tasks = {state: by_state.get(state, 0) for state in TaskState.values}
+    # Any state the counters know but the enum does not (should not happen) stays visible.
+    tasks.update({s: n for s, n in by_state.items() if s not in tasks})
+    total = run.task_total
+    # One grouped scan of obs_run_valid_idx gives both the total and the split.
+    by_validation = {
+        row["validation_state"]: row["n"]
+        for row in Observation.objects.filter(run_id=run.pk)
+        .values("validation_state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    }
+    credits = RemoteJob.objects.filter(run_id=run.pk).aggregate(n=Sum("credits_used"))["n"] or 0
+    return RunStatus(
+        run=run.pk,
+        dataset=run.dataset.name,
+        window=run.window,
+        acceptance_state=run.acceptance_state,
+        state_reason=run.state_reason,
+        scraper_version=run.scraper_version,
+        tasks=tasks,
+        task_total=total,
+        terminal=sum(n for s, n in tasks.items() if s in TERMINAL),
+        observations=sum(by_validation.values()),
+        observations_by_validation=by_validation,
+        coverage=round(tasks[TaskState.COMMITTED] / total, 6) if total else None,
+        coverage_note=run.coverage_note,
+        credits_used=int(credits),
+        manifest_sha256=run.manifest_sha256,
+        manifest_frozen_at=run.manifest_frozen_at.isoformat() if run.manifest_frozen_at else None,
+    )
+
+
+def format_text(status: dict[str, Any]) -> str:
+    """A few human-readable lines for the terminal."""
+    coverage = "n/a" if status["coverage"] is None else f"{status['coverage']:.1%}"
+    counts = ", ".join(f"{s} {n}" for s, n in status["tasks"].items() if n) or "no tasks"
+    lines = [
+        f"run {status['run']} {status['dataset']}@{status['window']}: "
+        f"{status['acceptance_state']}"
+        + (f" ({status['state_reason']})" if status["state_reason"] else ""),
+        f"tasks {status['task_total']} ({counts}); terminal {status['terminal']}",
+        f"coverage {coverage} (committed tasks / logical tasks); "
+        f"observations {status['observations']}",
+    ]
+    if status["credits_used"]:
+        lines.append(f"credits used {status['credits_used']}")
+    if status["coverage_note"]:
+        lines.append(f"note: {status['coverage_note']}")
+    return "\n".join(lines)

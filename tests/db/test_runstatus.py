@@ -1,0 +1,135 @@
+"""manage.py runstatus: counts by state, coverage from tasks (never attempts), acceptance."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from recovery import keys, status
+from recovery.models import Attempt, Observation, RemoteJob, Run
+from recovery.states import task as task_states
+from recovery.states.task import TaskState
+from tests.factories import make_run, make_tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def runstatus(*args: str) -> str:
+    out = io.StringIO()
+    call_command("runstatus", *args, stdout=out)
+    return out.getvalue()
+
+
+def commit(task, *, attempts: int = 1, observe: bool = True) -> None:
+    """Lease and commit one task the way a worker would, with `attempts` attempts."""
+    for n in range(attempts):
+        Attempt.objects.create(task=task, run_id=task.run_id, outcome="retry", lease_token=n)
+    # A claim (recovery.leases) sets owner and token; lease_token 0 is the factory default.
+    assert task_states.move(task, TaskState.PENDING, TaskState.LEASED, lease_owner="w")
+    assert task_states.move(task, TaskState.LEASED, TaskState.COMMITTED, owner="w", lease_token=0)
+    if observe:
+        run = Run.objects.select_related("dataset").get(pk=task.run_id)
+        Observation.objects.create(
+            run=run,
+            observation_key=keys.observation_key(run.dataset.name, task.url, run.window),
+            entity_key=task.url,
+            window=run.window,
+            payload={},
+            payload_hash="h",
+            source_task=task,
+        )
+
+
+def test_it_reports_counts_coverage_and_acceptance_as_json():
+    run = make_run()
+    tasks = make_tasks(run, 4, partition="a")
+    make_tasks(run, 1, partition="b", state=TaskState.DEAD)
+    # Ten attempts of one task are still one committed task and one observation.
+    commit(tasks[0], attempts=10)
+    commit(tasks[1])
+    data = json.loads(runstatus(str(run.pk), "--json"))
+    assert data["run"] == run.pk
+    assert data["dataset"] == run.dataset.name
+    assert data["window"] == run.window
+    assert data["acceptance_state"] == "collecting"
+    assert data["tasks"] == {
+        "pending": 2,
+        "leased": 0,
+        "retry_wait": 0,
+        "committed": 2,
+        "quarantined": 0,
+        "gone": 0,
+        "dead": 1,
+    }
+    assert data["task_total"] == 5
+    assert data["terminal"] == 3
+    assert data["observations"] == 2
+    assert data["coverage"] == pytest.approx(2 / 5)
+    assert data["credits_used"] == 0
+    assert data["coverage_note"] == ""
+
+
+def test_it_finds_a_run_by_dataset_and_window():
+    run = make_run(window="2026-11-29")
+    make_tasks(run, 2)
+    data = json.loads(runstatus(f"{run.dataset.name}@2026-11-29", "--json"))
+    assert data["run"] == run.pk
+    assert data["tasks"]["pending"] == 2
+
+
+def test_it_counts_from_the_counters_not_the_task_table():
+    run = make_run()
+    make_tasks(run, 50)
+    with CaptureQueriesContext(connection) as queries:
+        status.run_status(run)
+    assert not [q["sql"] for q in queries if 'recovery_task"' in q["sql"].replace(" ", "")]
+    assert not [q for q in queries if 'FROM "recovery_task"' in q["sql"]]
+
+
+def test_coverage_is_unknown_for_a_run_without_tasks():
+    run = make_run()
+    data = json.loads(runstatus(str(run.pk), "--json"))
+    assert data["coverage"] is None
+    assert "coverage n/a" in runstatus(str(run.pk))
+
+
+def test_it_sums_remote_job_credits_and_shows_the_coverage_note():
+    run = make_run(coverage_note="search job stopped on token_cap")
+    tasks = make_tasks(run, 2)
+    for task, credits in zip(tasks, (3, 4), strict=True):
+        attempt = Attempt.objects.create(task=task, run=run, outcome="submitted")
+        RemoteJob.objects.create(
+            attempt=attempt, run=run, provider="messora", kind="search", credits_used=credits
+        )
+    data = json.loads(runstatus(str(run.pk), "--json"))
+    assert data["credits_used"] == 7
+    assert data["coverage_note"] == "search job stopped on token_cap"
+    text = runstatus(str(run.pk))
+    assert "credits used 7" in text
+    assert "note: search job stopped on token_cap" in text
+
+
+def test_the_text_report_is_short_and_readable():
+    run = make_run(acceptance_state="candidate", state_reason="every task is terminal")
+    tasks = make_tasks(run, 2)
+    commit(tasks[0])
+    text = runstatus(str(run.pk))
+    assert text.splitlines()[0] == (
+        f"run {run.pk} {run.dataset.name}@{run.window}: candidate (every task is terminal)"
+    )
+    assert "tasks 2 (pending 1, committed 1)" in text
+    assert "coverage 50.0%" in text
+
+
+@pytest.mark.parametrize("ref", ["999999", "nosuch@w", "not a run", "@", ""])
+def test_an_unknown_run_exits_2(ref):
+    make_run()
+    with pytest.raises(CommandError) as err:
+        runstatus(ref)
+    assert err.value.returncode == 2
+    assert "RUN" in str(err.value)
