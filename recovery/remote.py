@@ -51,6 +51,10 @@ from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
 from recovery.states.task import TaskState
 
 log = logging.getLogger(__name__)
+# httpx logs each request's full URL at INFO, and Web Scraper Cloud's token is a query
+# parameter: redact on the logger itself, so every handler (and test capture) sees it clean.
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(logs.RedactSecretsFilter())
 
 # Far enough in the future that no claim ever reaches it; only the job's import or an
 # operator's resolution moves a parked task.
@@ -123,6 +127,7 @@ class RemoteItem:
     url: str
     status: str
     payload: dict[str, Any] | None = None
+    task_url: str = ""  # the submitted URL this item came from, when it differs from `url`
 
 
 class Poll:
@@ -940,7 +945,7 @@ def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int],
     if len(tasks) == 1 and kind != "batch":
         return tasks[0].task_id
     try:
-        return by_url.get(keys.canonical_url(item.url))
+        return by_url.get(keys.canonical_url(item.task_url or item.url))
     except keys.InvalidURL:
         return None
 
