@@ -233,7 +233,15 @@ def execute(
             # check `lost`) and its outcome will be fenced out at commit (lost_lease attempt).
             still = [c for c in claimed if c.task_id not in lost]
             held = leases.heartbeat(worker_id, still)
-            lost.update(c.task_id for c in still if c.task_id not in held)
+            newly_lost = [c.task_id for c in still if c.task_id not in held]
+            if newly_lost:
+                log.warning(
+                    "worker %s: heartbeat refused for %d tasks (lease moved on): %s",
+                    worker_id,
+                    len(newly_lost),
+                    newly_lost[:20],
+                )
+                lost.update(newly_lost)
     outcomes: list[Outcome | None] = [None] * len(claimed)
     for indexes, group_outcomes in zip(order, results, strict=True):
         for i, outcome in zip(indexes, group_outcomes, strict=True):

@@ -1,0 +1,117 @@
+"""Seed 002's crash windows, with real worker processes SIGKILLed at each point.
+
+Every test ends the same way: each task committed exactly once, one observation per task,
+exact counters, and the killed attempt traceable. The kill comes from recovery.faults
+(SALVAGE_FAULT_POINT), i.e. SIGKILL of the worker process itself: no cleanup, no rollback by
+us, the database alone decides what survived.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django_q.models import OrmQ
+
+from recovery.models import Attempt, Observation, Task
+from tests.factories import make_run, make_tasks
+from tests.worker.engine_procs import (
+    Procs,
+    all_terminal,
+    assert_each_task_done_once,
+    log_text,
+    wait_exit,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+POINTS = ["after_claim", "after_fetch", "in_commit", "after_commit"]
+N_TASKS = 30
+BATCH = 10
+
+
+@pytest.fixture
+def procs(tmp_path):
+    children = Procs(tmp_path)
+    yield children
+    children.close()
+
+
+def what_the_kill_left(run_id: int, point: str, victim: str) -> None:
+    leased = Task.objects.filter(run_id=run_id, state="leased", lease_owner=victim).count()
+    committed = Task.objects.filter(run_id=run_id, state="committed").count()
+    attempts = Attempt.objects.filter(run_id=run_id).count()
+    observations = Observation.objects.filter(run_id=run_id).count()
+    if point == "after_commit":
+        # The batch is durable: committed before the process died.
+        assert (leased, committed, attempts, observations) == (0, BATCH, BATCH, BATCH)
+    else:
+        # Before COMMIT (including inside the open transaction): nothing but the leases.
+        assert (leased, committed, attempts, observations) == (BATCH, 0, 0, 0)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_work_process_killed_at_the_point_loses_and_duplicates_nothing(point, procs):
+    run = make_run()
+    make_tasks(run, N_TASKS)
+    victim = procs.manage(
+        "victim",
+        "work",
+        "--batch",
+        str(BATCH),
+        "--until-idle",
+        "--worker-id",
+        "victim",
+        SALVAGE_FAULT_POINT=point,
+    )
+    assert wait_exit(victim, 120, "the victim") == -signal.SIGKILL, log_text(victim)
+    what_the_kill_left(run.pk, point, "victim")
+
+    rescuer = procs.manage(
+        "rescuer", "work", "--batch", str(BATCH), "--until-idle", "--worker-id", "rescuer"
+    )
+    assert wait_exit(rescuer, 180, "the rescuer") == 0, log_text(rescuer)
+    outcomes = assert_each_task_done_once(run.pk, N_TASKS)
+    if point == "after_commit":
+        assert outcomes == {"committed": N_TASKS}
+    else:
+        # The victim's attempts are traced by the takeover of their expired leases.
+        assert outcomes == {"committed": N_TASKS, "lost_lease": BATCH}
+        traced = Attempt.objects.filter(run_id=run.pk, outcome="lost_lease")
+        assert set(traced.values_list("worker", flat=True)) == {"victim"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", POINTS)
+def test_a_qcluster_worker_killed_at_the_point_loses_and_duplicates_nothing(point, procs, tmp_path):
+    run = make_run()
+    make_tasks(run, N_TASKS)
+    fired = tmp_path / "fault-fired"
+    cluster = procs.manage(
+        "qcluster",
+        "qcluster",
+        SALVAGE_FAULT_POINT=point,
+        SALVAGE_FAULT_ONCE=str(fired),  # only the first worker to reach the point dies
+        SALVAGE_Q_WORKERS="2",
+        SALVAGE_Q_TIMEOUT="5",
+        SALVAGE_Q_RETRY="10",
+    )
+    dispatcher = procs.manage("dispatch", "dispatch", "--tick", "0.2", "--batch", str(BATCH))
+    wait_for(
+        lambda: fired.exists() and all_terminal(run.pk),
+        timeout=240,
+        what=f"the kill at {point} and every task terminal\n{log_text(cluster)[-3000:]}",
+    )
+    # The killed worker's queue item is redelivered after `retry` and must find nothing to
+    # redo (after_commit: commit first, acknowledge second); every wake-up gets acknowledged.
+    wait_for(lambda: not OrmQ.objects.exists(), timeout=120, what="the queue to drain")
+    assert procs.stop(dispatcher) == 0
+    procs.stop(cluster)
+    assert fired.read_text().split()[1] == point
+    assert "reincarnated" in log_text(cluster) or "died" in log_text(cluster).lower()
+    outcomes = assert_each_task_done_once(run.pk, N_TASKS)
+    if point == "after_commit":
+        assert outcomes == {"committed": N_TASKS}
+    else:
+        assert outcomes["lost_lease"] == BATCH
