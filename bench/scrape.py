@@ -270,11 +270,59 @@ def prepare_db(db: str, workdir: Path, pg_name: str) -> dict[str, str]:
     return env
 
 
+class BackendCpu:
+    """CPU of the PostgreSQL backends serving one database, sampled from /proc in a thread.
+
+    The workers' own CPU (rusage) leaves out the database server's share, which Scrapy does
+    not have; this adds it back. Backends are found in pg_stat_activity and read every 0.1 s,
+    so the last tenth of a second of a backend that exits is missed (an underestimate).
+    """
+
+    def __init__(self, database_url: str) -> None:
+        import threading
+
+        parts = urlsplit(database_url)
+        self.db = parts.path.lstrip("/")
+        self.admin = urlunsplit(parts._replace(path="/postgres"))
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> BackendCpu:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            while not self.stop.is_set():
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.db,)
+                ).fetchall()
+                for (pid,) in rows:
+                    with contextlib.suppress(OSError, IndexError, ValueError):
+                        cpu = cpu_seconds(pid)
+                        # First sight: count from zero (a backend starts with ~no CPU).
+                        self.first.setdefault(pid, 0.0)
+                        self.last[pid] = cpu
+                self.stop.wait(0.1)
+
+    def seconds(self) -> float:
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+
 def run_salvage(
     env: dict[str, str],
     sandbox: Sandbox,
     workdir: Path,
     *,
+    db: str,
     spec: Path,
     window: str,
     workers: int,
@@ -294,7 +342,10 @@ def run_salvage(
         PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0",
         "--concurrency", str(per_worker),
     ]  # fmt: skip
-    timed = run_timed([cmd] * workers, env, sandbox)
+    sampler = BackendCpu(env["DATABASE_URL"]) if db == "postgres" else None
+    with sampler or contextlib.nullcontext():
+        timed = run_timed([cmd] * workers, env, sandbox)
+    db_cpu = sampler.seconds() if sampler else 0.0
     for code, out, err in timed["outputs"]:
         if code != 0:
             raise RuntimeError(f"manage.py work failed ({code}):\n{out}\n{err[-3000:]}")
@@ -306,7 +357,8 @@ def run_salvage(
     return {
         "run": run_id,
         "pages_per_s": round(committed / timed["wall_s"], 1),
-        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(committed, 1), 2),
+        "cpu_ms_per_page": round(1000 * (timed["cpu_s"] + db_cpu) / max(committed, 1), 2),
+        "db_server_cpu_ms_per_page": round(1000 * db_cpu / max(committed, 1), 2),
         "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
         "committed": committed,
         "observations": observations,
@@ -399,19 +451,24 @@ def main() -> int:
             pairs = []
             for rep in range(args.reps):
                 pair: dict[str, Any] = {}
-                pair["scrapy"] = run_scrapy(sandbox, workdir, args.concurrency, args.pages, False)
-                log(f"[{db} rep {rep}] scrapy: {pair['scrapy']}")
-                if not args.no_tuned:
-                    pair["scrapy_tuned"] = run_scrapy(
-                        sandbox, workdir, args.concurrency, args.pages, True
-                    )
-                    log(f"[{db} rep {rep}] scrapy CONCURRENT_ITEMS=1: {pair['scrapy_tuned']}")
-                if env is not None:
-                    pair["salvage"] = run_salvage(
-                        env, sandbox, workdir, spec=spec, window=f"bench-{db}-{rep}",
-                        workers=args.workers, concurrency=args.concurrency, pages=args.pages,
-                    )  # fmt: skip
-                    log(f"[{db} rep {rep}] salvage: {pair['salvage']}")
+                sides = ["scrapy", "scrapy_tuned", "salvage"]
+                if rep % 2:  # ABBA order, so a load that drifts during a rep favours no side
+                    sides.reverse()
+                for side in sides:
+                    if side == "scrapy_tuned" and args.no_tuned:
+                        continue
+                    if side == "salvage":
+                        if env is None:
+                            continue
+                        pair[side] = run_salvage(
+                            env, sandbox, workdir, db=db, spec=spec, window=f"bench-{db}-{rep}",
+                            workers=args.workers, concurrency=args.concurrency, pages=args.pages,
+                        )  # fmt: skip
+                    else:
+                        pair[side] = run_scrapy(
+                            sandbox, workdir, args.concurrency, args.pages, side == "scrapy_tuned"
+                        )
+                    log(f"[{db} rep {rep}] {side}: {pair[side]} load {os.getloadavg()[0]:.2f}")
                 pairs.append(pair)
             summary["results"].append(summarise(db, args, pairs))
     finally:
@@ -444,6 +501,7 @@ def summarise(db: str, args: argparse.Namespace, pairs: list[dict[str, Any]]) ->
         "scrapy_pages_per_s": med("pages_per_s", "scrapy"),
         "ratio": ratio("scrapy"),
         "salvage_cpu_ms_per_page": med("cpu_ms_per_page", "salvage"),
+        "salvage_db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "salvage"),
         "scrapy_cpu_ms_per_page": med("cpu_ms_per_page", "scrapy"),
         "sandbox_cpu_ms_per_page": med("sandbox_cpu_ms_per_page", "scrapy"),
         "reps": len(pairs),
