@@ -5,18 +5,21 @@ Consumers already received the published value, so a repair must not be a silent
 one, and a `correction` outbox event announces the change, all in the caller's transaction (the
 engine's fenced commit), so a rolled-back commit leaves neither the new value nor the event.
 
-The engine's observation upsert calls `supersede()` for an existing observation whose run is
-published (`needs_version(run_state)`) instead of updating it in place.
+The engine's fenced commit (recovery.leases) passes its observation rows through
+`divert_published()` before its upsert: rows of published runs whose value changed become
+corrections here, the rest go on to the plain upsert.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from recovery.models import Observation, ObservationVersion, OutboxEvent
+from recovery.models import Observation, ObservationVersion, OutboxEvent, Run
 from recovery.states.run import RunState
 
 VERSIONED_STATES = frozenset({RunState.PUBLISHED})
@@ -91,3 +94,44 @@ def supersede(
             },
         )
     return True
+
+
+def divert_published(rows: Sequence[tuple]) -> list[tuple]:
+    """Filter the engine's observation rows `(key, entity, payload_json, hash, plan)`.
+
+    An existing observation of a published run gets a new version via `supersede()` (same
+    value: nothing to do); every other row is returned for the engine's upsert. Runs inside
+    the commit transaction, so the correction commits or rolls back with the attempt.
+    """
+    if not rows:
+        return list(rows)
+    run_ids = {row[4].claimed.run_id for row in rows}
+    published = set(
+        Run.objects.filter(pk__in=run_ids, acceptance_state__in=VERSIONED_STATES).values_list(
+            "pk", flat=True
+        )
+    )
+    if not published:
+        return list(rows)
+    candidates = [row for row in rows if row[4].claimed.run_id in published]
+    existing = dict(
+        Observation.objects.filter(observation_key__in=[row[0] for row in candidates]).values_list(
+            "observation_key", "pk"
+        )
+    )
+    kept = []
+    for row in rows:
+        key, _entity, payload_json, digest, plan = row
+        if plan.claimed.run_id not in published or key not in existing:
+            kept.append(row)
+            continue
+        batch = plan.claimed.recovery_batch_id
+        supersede(
+            existing[key],
+            json.loads(payload_json),
+            digest,
+            plan.attempt_id,
+            reason=f"recovery batch {batch}" if batch else "re-collected",
+            scraper_version=plan.claimed.scraper_version,
+        )
+    return kept

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils.dateparse import parse_datetime
 
-from recovery import counters, failures, faults, keys
+from recovery import corrections, counters, failures, faults, keys
 from recovery.failures import Action
 from recovery.providers.base import ErrorClass, Outcome, TaskInput
 from recovery.states.task import TaskState
@@ -789,6 +789,8 @@ def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSum
         if attempt_rows:
             _insert_attempts(cursor, attempt_rows, finished)
         obs_rows = [r for r in obs_rows if id(r[4]) in won_ids]
+        # A changed value of a published run becomes a versioned correction (not an overwrite).
+        obs_rows = corrections.divert_published(obs_rows)
         if obs_rows:
             summary.observations = _upsert_observations(cursor, obs_rows, now_param)
         summary.discovered, child_changes = _insert_children(

@@ -28,11 +28,12 @@ from recovery.models import (
     Task,
     TaskCountDelta,
 )
-from recovery.providers.base import Observed, Outcome
 from recovery.states.run import RunState
 from tests.acceptance_factories import (
+    commit_claimed,
     commit_task,
     good_payload,
+    lenient_shop,
     make_collected_run,
     make_shop,
 )
@@ -43,14 +44,6 @@ pytestmark = pytest.mark.django_db
 
 def export_rows(run_id: int) -> list[dict]:
     return list(csv.DictReader(io.StringIO("".join(exports.stream(run_id, "csv")))))
-
-
-def lenient_shop():
-    """Coverage 0.6, so a run with one of three partitions held out can still be accepted."""
-    dataset = make_shop()
-    dataset.spec["rules"][0]["min"] = 0.6
-    dataset.save(update_fields=["spec"])
-    return dataset
 
 
 # --- guarantee 6 -------------------------------------------------------------------------------
@@ -218,16 +211,6 @@ def test_g9_previous_accepted_dataset_stays_current_until_the_replacement_passes
 
 
 # --- seed 002's worked example, on the engine's own claim and fenced commit --------------------
-
-
-def commit_claimed(worker: str, payload_for) -> list[leases.Claimed]:
-    claimed = leases.claim(worker, limit=500)
-    outcomes = [
-        Outcome(http_status=200, observations=[Observed(f"SKU-{c.task_id}", payload_for(c))])
-        for c in claimed
-    ]
-    leases.commit_outcomes(worker, claimed, outcomes)
-    return claimed
 
 
 def test_seed_002_worked_example_quarantine_repair_revalidate_promote():
