@@ -10,6 +10,7 @@ PostgreSQL's jsonb does not keep key order (the "first" page type would be lost 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import re
 import tomllib
@@ -295,6 +296,25 @@ def _rule(value: Any, where: str, fields: set[str]) -> dict[str, Any]:
     return out
 
 
+def _check_provider_options(provider: str, options: dict[str, Any]) -> None:
+    """Let the provider's own `parse_options` judge its options now, at load time, rather
+    than at the first claim when a whole run is already waiting on a typo."""
+    try:
+        module = importlib.import_module(f"recovery.providers.{provider}")
+    except ImportError:
+        return  # a provider without a module of its own has no options to check
+    parse_options = getattr(module, "parse_options", None)
+    if parse_options is None:
+        return
+    try:
+        parse_options(dict(options))
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        if not message.startswith("provider_options"):
+            message = f"provider_options: {message}"
+        raise SpecError(message) from None
+
+
 def validate(raw: dict[str, Any]) -> dict[str, Any]:
     """Check a raw spec and return the normalised spec (defaults filled in)."""
     _table(raw, "spec")
@@ -379,6 +399,7 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
                 f"provider_options.{key}: looks like a credential; secrets come from the "
                 "environment, never from a spec"
             )
+    _check_provider_options(provider, options)
     spec["provider_options"] = options
 
     rules_raw = raw.get("rules", [])

@@ -176,6 +176,15 @@ def test_it_names_the_bad_key(path, value, message):
     assert message in str(err.value)
 
 
+def test_the_provider_judges_its_options_at_load_time():
+    raw = mutate("provider_options", {"concurency": 4})
+    raw["provider"] = "direct"
+    with pytest.raises(specs.SpecError, match=r"provider_options\.concurency: unknown option"):
+        specs.validate(raw)
+    raw["provider_options"] = {"concurrency": 4}
+    assert specs.validate(raw)["provider_options"] == {"concurrency": 4}
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
