@@ -195,13 +195,23 @@ class Supervisor:
             raise
 
     def _stop_gracefully(self, children: list[Child], sig: int, grace: float) -> None:
+        # The signal goes to each group's leader first: qcluster and gunicorn stop their own
+        # workers in order (signalling a cluster's workers directly makes its sentinel respawn
+        # them). Whatever is left of a group after the leader exits gets the signal next,
+        # and SIGKILL once the grace period is over.
         for child in children:
-            if child.group_alive():
-                child.signal_group(sig)
+            if child.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, sig)
         deadline = time.monotonic() + grace
         for child in children:
-            while child.group_alive() and time.monotonic() < deadline:
+            while child.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if child.group_alive():
+                child.signal_group(sig)
+                leftovers = min(deadline, time.monotonic() + 2.0)
+                while child.group_alive() and time.monotonic() < leftovers:
+                    time.sleep(0.05)
             if child.group_alive():
                 self.echo(f"{child.name} did not stop within {grace:.0f} s: killing it")
                 child.signal_group(signal.SIGKILL)

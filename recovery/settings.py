@@ -211,6 +211,9 @@ LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
+# The demo serves plain http on loopback, where Secure cookies would never come back.
+if not env_bool("SALVAGE_SECURE_COOKIES", True):
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)

@@ -1,0 +1,77 @@
+"""manage.py drill [--tasks N] [--kills K] [--seed S] [--json]: seed 002's recovery drill.
+
+Runs on a scratch database with its own sandbox and real worker processes (recovery.drill).
+Exit code 0 only if every property holds; 1 if any fails; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from recovery import drill
+
+
+class Command(BaseCommand):
+    help = "Play seed 002's recovery drill on real worker processes and verify its properties."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--tasks", type=int, default=2000, help="pages in the drill's run")
+        parser.add_argument("--kills", type=int, default=10, help="random worker SIGKILLs")
+        parser.add_argument("--seed", type=int, default=0, help="replays the same drill")
+        parser.add_argument("--workers", type=int, default=3, help="worker processes")
+        parser.add_argument(
+            "--timeout", type=float, default=900.0, help="seconds allowed for each phase"
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument(
+            "--keep", action="store_true", help="keep the scratch directory and its logs"
+        )
+        # Internal: the child process that plays the drill on the scratch database.
+        parser.add_argument("--inner", metavar="WORKDIR", help="(internal)")
+
+    def handle(self, *args, **options) -> None:
+        if options["tasks"] < 100:
+            raise CommandError("--tasks: at least 100", returncode=2)
+        if options["kills"] < 0:
+            raise CommandError("--kills: must not be negative", returncode=2)
+        if options["workers"] < 2:
+            raise CommandError("--workers: at least 2 (one is paused by the drill)", returncode=2)
+        opts = drill.options_from(options)
+
+        def echo(message: str) -> None:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+
+        if options["inner"]:
+            drill.main_inner(opts, Path(options["inner"]), echo=echo)
+            return
+        report = drill.run(opts, echo=echo)
+        if options["json"]:
+            self.stdout.write(json.dumps(report))
+        else:
+            self.stdout.write(format_report(report))
+        if not drill.report_ok(report):
+            raise CommandError("the drill found a broken property", returncode=1)
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"drill: {report['tasks']} tasks, {report['kills']} kills, "
+        f"{report.get('seconds', '?')} s on {report.get('database', '?')}",
+        f"  lost {report['lost']}, duplicate observations {report['duplicate_observations']}, "
+        f"untraceable attempts {report['untraceable_attempts']}, "
+        f"stale writes accepted {report['stale_writes_accepted']}",
+    ]
+    for name, figures in report["properties"].items():
+        mark = "ok  " if figures.get("ok") else "FAIL"
+        detail = ", ".join(f"{k}={v}" for k, v in figures.items() if k != "ok")
+        lines.append(f"  {mark} {name}: {detail}")
+    for name, figures in report.get("scenarios", {}).items():
+        if isinstance(figures, dict) and "ok" in figures:
+            mark = "ok  " if figures.get("ok") else "FAIL"
+            lines.append(f"  {mark} scenario {name}")
+    return "\n".join(lines)
