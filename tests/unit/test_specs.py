@@ -43,6 +43,14 @@ def test_it_accepts_the_example_in_the_repository():
     assert spec["provider"] == "direct"
 
 
+def test_it_accepts_the_spec_the_sandbox_writes():
+    from recovery.sandbox.server import PARTITION_RULES, shop_spec_toml
+
+    for rule in PARTITION_RULES:
+        spec = specs.validate(tomllib.loads(shop_spec_toml(partition_rule=rule)))
+        assert spec["partition"] == {"rule": rule}
+
+
 def test_it_fills_in_defaults():
     spec = specs.validate(copy.deepcopy(MINIMAL))
     assert spec["provider"] == "direct"
