@@ -47,6 +47,7 @@ from recovery import counters, keys, logs
 from recovery.failures import Action, backoff, parse_retry_after, rule_for
 from recovery.providers.base import ErrorClass
 from recovery.states.base import check_move
+from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
 from recovery.states.task import TaskState
 
@@ -931,14 +932,15 @@ def _finish_job_attempt(job, outcome: str, detail: str = "") -> None:
 # --- importing results ---------------------------------------------------------------------------
 
 
-def _entity_key(spec: dict, item: RemoteItem) -> str:
+def _entity_key(spec: dict, item: RemoteItem, task_url: str = "") -> str:
     rule = (spec or {}).get("entity_key") or {"from": "url"}
     if "field" in rule and item.payload and item.payload.get(rule["field"]) not in (None, ""):
         return str(item.payload[rule["field"]])
+    url = item.url or task_url  # a media result has no URL of its own: it is its task's
     try:
-        return keys.canonical_url(item.url)
+        return keys.canonical_url(url)
     except keys.InvalidURL:
-        return item.url
+        return url
 
 
 def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int], kind: str):
@@ -1096,7 +1098,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                     run,
                     task_pk,
                     partition,
-                    _entity_key(spec, item),
+                    _entity_key(spec, item, task_rows[task_pk].url if task_pk in task_rows else ""),
                     sanitise(item.payload) if item.payload else {},
                     attempt.pk if attempt is not None else job.attempt_id,
                 )
@@ -1159,16 +1161,18 @@ def import_results(job, token: int, status: JobStatus) -> bool:
             Run.objects.filter(pk=run.pk).exclude(coverage_note__contains=note).update(
                 coverage_note=(f"{run.coverage_note}\n{note}" if run.coverage_note else note)
             )
-        if status.result_ref and hasattr(provider_for(run.dataset), "handoff"):
-            from recovery.models import OutboxEvent
+        if status.result_ref and getattr(provider_for(run.dataset), "handoff", False):
+            from recovery import outbox
 
             # The media handoff is its own delivery machine, announced through the outbox in
-            # this transaction (written once: the job can complete only once per lease).
-            if RemoteJob.objects.filter(pk=job.pk, handoff_state="").update(handoff_state="unsent"):
-                OutboxEvent.objects.create(
-                    run=run,
-                    event_type=OutboxEvent.Kind.MEDIA_HANDOFF,
-                    payload={
+            # this transaction, once: only the first import moves handoff_state from "".
+            if RemoteJob.objects.filter(pk=job.pk, handoff_state="").update(
+                handoff_state=DeliveryState.UNSENT
+            ):
+                outbox.enqueue(
+                    run,
+                    "media_handoff",
+                    {
                         "remote_job": job.pk,
                         "provider": job.provider,
                         "provider_job_id": job.provider_job_id,
@@ -1182,6 +1186,78 @@ def import_results(job, token: int, status: JobStatus) -> bool:
         f", {len(retry_ids)} tasks into retry job {retry_job.pk}" if retry_job else "",
     )
     return True
+
+
+# --- media handoff -------------------------------------------------------------------------------
+
+_HANDOFF_PATH = {
+    # handoff_state follows its outbox event through the delivery machine's allowed moves.
+    DeliveryState.SENDING: [DeliveryState.SENDING],
+    DeliveryState.DELIVERED: [DeliveryState.SENDING, DeliveryState.DELIVERED],
+    DeliveryState.FAILED: [DeliveryState.SENDING, DeliveryState.FAILED],
+    DeliveryState.UNCERTAIN: [DeliveryState.SENDING, DeliveryState.UNCERTAIN],
+}
+
+
+def sync_handoffs(limit: int = 100) -> int:
+    """Mirror each media handoff's outbox delivery onto RemoteJob.handoff_state (guarded
+    moves); returns how many jobs moved. The outbox does the delivering, once per event."""
+    from recovery.models import OutboxEvent, RemoteJob
+    from recovery.states import delivery
+
+    open_states = [
+        DeliveryState.UNSENT,
+        DeliveryState.SENDING,
+        DeliveryState.FAILED,
+        DeliveryState.UNCERTAIN,
+    ]
+    jobs = list(
+        RemoteJob.objects.filter(handoff_state__in=open_states).values_list("pk", "handoff_state")[
+            :limit
+        ]
+    )
+    moved = 0
+    for pk, current in jobs:
+        event = (
+            OutboxEvent.objects.filter(event_type="media_handoff", payload__remote_job=pk)
+            .order_by("created_at")
+            .first()
+        )
+        if event is None or event.state == current:
+            continue
+        path = _HANDOFF_PATH.get(event.state, [])
+        if current in path:
+            path = path[path.index(current) + 1 :]
+        with transaction.atomic():
+            state = current
+            for target in path:
+                if target == state:
+                    continue
+                if not delivery.move(RemoteJob, pk, state, target, field="handoff_state"):
+                    break
+                state = target
+            moved += state != current
+    return moved
+
+
+def fresh_result_url(job_id: int) -> str:
+    """A working link to a completed media job's stored result, obtained by a lookup of the
+    job (the stable `result_ref` names the object); never by regenerating the media, and never
+    stored: it is a temporary credential of its own."""
+    from recovery.models import RemoteJob
+
+    job = RemoteJob.objects.select_related("run__dataset").get(pk=job_id)
+    if not job.result_ref or not job.provider_job_id:
+        raise ValueError(f"remote job {job_id} has no stored result reference")
+    provider = provider_for(job.run.dataset)
+
+    async def lookup() -> str:
+        try:
+            return await provider.result_url(job.provider_job_id, job.result_ref)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(lookup())
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -1245,7 +1321,8 @@ def worker_step(worker_id: str) -> bool:
     if unsent:
         send_jobs(worker_id, unsent)
     polled = poll_step(worker_id)
-    return bool(reaped or unsent or polled)
+    handed = sync_handoffs()
+    return bool(reaped or unsent or polled or handed)
 
 
 def _register_with_worker() -> None:

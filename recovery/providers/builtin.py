@@ -4,5 +4,6 @@ from recovery.providers import (
     direct,  # noqa: F401
     messora,  # noqa: F401  (asynchronous: recovery.remote)
     noop,  # noqa: F401
+    tornado,  # noqa: F401  (asynchronous: recovery.remote)
     webscraper,  # noqa: F401  (asynchronous: recovery.remote)
 )
