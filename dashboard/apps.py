@@ -3,10 +3,17 @@ from django.db.models.signals import post_migrate
 
 
 def _sync_roles(sender, using="default", apps=None, **kwargs) -> None:
+    from django.apps import apps as global_apps
+
     from dashboard.roles import sync_roles
 
-    if apps is not None:
-        sync_roles(apps, using=using)
+    # Sent per app that has models; the dashboard has none, so hook the recovery app's signal
+    # (its permissions exist by then: auth's receiver was connected first).
+    if sender.label != "recovery":
+        return
+    # migrate passes the migration state's apps; flush (e.g. between transactional tests,
+    # which empties the groups table) passes none.
+    sync_roles(apps or global_apps, using=using)
 
 
 class DashboardConfig(AppConfig):
@@ -15,4 +22,4 @@ class DashboardConfig(AppConfig):
 
     def ready(self) -> None:
         # Runs after every migrate so a recovery model added later joins the operator role.
-        post_migrate.connect(_sync_roles, sender=self, dispatch_uid="dashboard.sync_roles")
+        post_migrate.connect(_sync_roles, dispatch_uid="dashboard.sync_roles")

@@ -52,7 +52,10 @@ class AuditFilterForm(forms.Form):
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=REASON_MAX, widget=forms.Textarea(attrs={"rows": 2}))
+    reason = forms.CharField(
+        max_length=REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "reason (required)"}),
+    )
 
 
 class AttachJobForm(ReasonForm):

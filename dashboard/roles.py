@@ -57,12 +57,16 @@ def sync_roles(apps, using: str = "default") -> None:
     from django.contrib.auth.management import create_permissions
 
     # Permissions are normally created after migrate; a data migration must create them first.
+    # A migration-state app config has no models_module, which create_permissions would skip.
     for app_config in apps.get_app_configs():
         if app_config.label not in {"recovery", "contenttypes", "auth"}:
             continue
-        app_config.models_module = True
-        create_permissions(app_config, verbosity=0, apps=apps, using=using)
-        app_config.models_module = None
+        original = getattr(app_config, "models_module", None)
+        app_config.models_module = original or True
+        try:
+            create_permissions(app_config, verbosity=0, apps=apps, using=using)
+        finally:
+            app_config.models_module = original
 
     Group = apps.get_model("auth", "Group")
     Permission = apps.get_model("auth", "Permission")

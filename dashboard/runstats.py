@@ -11,7 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Sum
+from django.db import connection
+from django.db.models import Count, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
@@ -123,9 +124,6 @@ def chart_buckets(run_id: int, minutes: int) -> list[tuple[datetime, int, int]]:
     for i in range(minutes):
         minute = start + timedelta(minutes=i)
         buckets.append((minute, committed.get(minute, 0), errors.get(minute, 0)))
-    # Trim the empty minutes before the run's first attempt in range.
-    while buckets and not (buckets[0][1] or buckets[0][2]):
-        buckets.pop(0)
     return buckets
 
 
@@ -144,13 +142,22 @@ def error_groups(run_id: int, state: str) -> tuple[list[ErrorGroup], bool]:
     Returns (groups, capped). The (run, state) index yields the first SAMPLE_CAP ids; exact
     totals per partition are on the page from the counters.
     """
-    ids = Task.objects.filter(run_id=run_id, state=state).values("pk")[: SAMPLE_CAP + 1]
-    rows = list(
-        Task.objects.filter(pk__in=ids)
-        .values("last_error_class", "partition")
-        .annotate(n=Count("pk"), sample=Min("pk"))
-        .order_by()
-    )
+    # Aggregate over the capped range itself (a derived table with LIMIT), so the database
+    # never joins back to the whole task table.
+    q = connection.ops.quote_name
+    table, err, part = q(Task._meta.db_table), q("last_error_class"), q("partition")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {err}, {part}, COUNT(*), MIN(id) FROM ("
+            f"SELECT id, {err}, {part} FROM {table} "
+            "WHERE run_id = %s AND state = %s LIMIT %s) capped "
+            f"GROUP BY {err}, {part}",
+            [run_id, state, SAMPLE_CAP + 1],
+        )
+        rows = [
+            {"last_error_class": e, "partition": p, "n": n, "sample": s}
+            for e, p, n, s in cursor.fetchall()
+        ]
     capped = sum(r["n"] for r in rows) > SAMPLE_CAP
     groups: dict[str, ErrorGroup] = {}
     for row in rows:

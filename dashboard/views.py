@@ -287,10 +287,28 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
             "partitions": [p["name"] for p in partitions if _flagged(p["flag"])],
         },
     )
+    initial = batch_form.initial
+    batch_choices = [
+        {
+            "name": name,
+            "label": label,
+            "options": [
+                (value, label, value in initial.get(name, ()))
+                for value, label in batch_form.fields[name].choices
+            ],
+        }
+        for name, label in (
+            ("partitions", "Partitions"),
+            ("page_types", "Page types"),
+            ("error_classes", "Error classes"),
+            ("rules", "Failed rules"),
+        )
+    ]
     context = {
         "run": run,
         "form": form,
         "state": state,
+        "batch_choices": batch_choices,
         "partitions": partitions,
         "groups": groups,
         "capped": capped,

@@ -43,3 +43,16 @@ def seconds_between(end: Any, start: Any) -> str:
     if not end or not start:
         return ""
     return f"{(end - start).total_seconds():.2f} s"
+
+
+@register.filter
+def selection_summary(selection: Any) -> str:
+    """A recovery batch's selection as one line: "partitions: a, b; error classes: x"."""
+    if not isinstance(selection, dict):
+        return ""
+    parts = []
+    for key in ("partitions", "page_types", "error_classes", "rules"):
+        values = selection.get(key) or []
+        if values:
+            parts.append(f"{key.replace('_', ' ')}: {', '.join(map(str, values))}")
+    return "; ".join(parts)

@@ -1,0 +1,258 @@
+"""Dashboard page time at 10,000 and at 1,000,000 tasks, on PostgreSQL, in one run.
+
+    python bench/dashboard.py [--small 10000] [--large 1000000] [--reps 15] [--pg-name NAME]
+
+1. Drops and creates a scratch database (BENCH_DATABASE_URL or DATABASE_URL names the server;
+   default postgres://postgres@127.0.0.1:5432/postgres), migrates it, and generates two runs of
+   one dataset with INSERT ... SELECT generate_series: `--small` and `--large` tasks over 50
+   partitions (90% committed, 5% quarantined over 4 error classes, 3% dead, 2% pending; one
+   partition flagged quarantined), one attempt per task. Attempts finish at the same rate for
+   both runs (one fleet: 10,000 per hour, ending now), so the large run has 100 hours of
+   history behind the same last hour. Counters come from counters.rebuild; then VACUUM ANALYZE.
+2. Requests each page through Django's test client, in process, as an admin: `--reps` timed
+   requests after 3 warm-ups, alternating small and large; the median server time is reported.
+3. EXPLAINs every query of each page on the large run and fails if any reads recovery_task or
+   recovery_attempt with a sequential scan.
+4. Prints one line per page and, last, one JSON line:
+   {"bench": "dashboard", "results": [{"page", "ms_10k", "ms_1m", "growth"}], ...}
+   growth = ms_1m / ms_10k; the target is at most 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PARTITIONS = 50
+ERROR_CLASSES = ("selector_failure", "challenge_page", "server_error", "wrong_template")
+RATE_PER_HOUR = 10_000
+BIG_TABLE_SEQ_SCAN = re.compile(r"Seq Scan on (recovery_task|recovery_attempt)\b")
+
+
+def scratch_database(name: str) -> str:
+    import psycopg
+
+    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
+    if not url.startswith(("postgres://", "postgresql://")):
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+    parts = urlsplit(url)
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
+    if not url.startswith(("postgres://", "postgresql://")):
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def generate(run_id: int, n: int) -> None:
+    """n tasks and n attempts for one run, in SQL (a million rows in seconds, not minutes)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO recovery_task (
+                run_id, task_key, url, page_type, partition, priority, discovery, navigation,
+                state, attempt_count, next_attempt_at, lease_owner, lease_token,
+                last_error_class, last_http_status, created_at, state_changed_at, depth)
+            SELECT %(run)s, md5(%(run)s || ':' || g), 'http://p' || (g %% %(parts)s) ||
+                   '.test/item/' || g, 'product', 'p' || (g %% %(parts)s) || '.test', 0,
+                   'manifest', '{}'::jsonb,
+                   CASE WHEN g %% 100 < 90 THEN 'committed'
+                        WHEN g %% 100 < 95 THEN 'quarantined'
+                        WHEN g %% 100 < 98 THEN 'dead' ELSE 'pending' END,
+                   1, now(), '', 0,
+                   CASE WHEN g %% 100 BETWEEN 90 AND 97
+                        THEN (%(errors)s::text[])[1 + (g / 100) %% 4] ELSE '' END,
+                   200, now(), now(), 0
+            FROM generate_series(1, %(n)s) AS g
+            """,
+            {"run": run_id, "n": n, "parts": PARTITIONS, "errors": list(ERROR_CLASSES)},
+        )
+        # One attempt per task; the newest finished now, older ones at the fleet's rate.
+        cursor.execute(
+            """
+            INSERT INTO recovery_attempt (
+                id, task_id, run_id, lease_token, worker, scraper_version, started_at,
+                finished_at, http_status, outcome, error_class, error_detail, artefact,
+                payload_hash)
+            SELECT gen_random_uuid(), t.id, t.run_id, 1, 'w-' || (t.id %% 8), '1',
+                   now() - make_interval(secs => (n.last - t.id) * 3600.0 / %(rate)s + 0.2),
+                   now() - make_interval(secs => (n.last - t.id) * 3600.0 / %(rate)s),
+                   200,
+                   CASE t.state WHEN 'pending' THEN 'retry' ELSE t.state END,
+                   t.last_error_class, '',
+                   CASE WHEN t.state = 'quarantined' THEN jsonb_build_object(
+                        'status', 200, 'body_excerpt', '<h1>Sign in</h1><script>x()</script>')
+                   END, ''
+            FROM recovery_task t, (SELECT max(id) AS last FROM recovery_task
+                                   WHERE run_id = %(run)s) n
+            WHERE t.run_id = %(run)s
+            """,
+            {"run": run_id, "rate": RATE_PER_HOUR},
+        )
+        cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
+
+
+def explain_seq_scans(queries: list[dict]) -> list[str]:
+    """Queries of a page whose plan reads a big table sequentially."""
+    from django.db import connection
+
+    bad = []
+    with connection.cursor() as cursor:
+        for query in queries:
+            sql = query["sql"]
+            if not sql.lstrip().upper().startswith("SELECT"):
+                continue
+            cursor.execute("EXPLAIN " + sql)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            if BIG_TABLE_SEQ_SCAN.search(plan):
+                bad.append(sql[:300] + "\n" + plan)
+    return bad
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--pg-name", default="salvage_bench_dashboard")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+
+    os.environ["DATABASE_URL"] = scratch_database(args.pg_name)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    os.environ.setdefault("SALVAGE_DATA_DIR", str(ROOT / "var" / "bench-dashboard"))
+    os.environ["SALVAGE_LOG_LEVEL"] = "ERROR"
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext, setup_test_environment
+    from django.urls import reverse
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    setup_test_environment()
+    call_command("migrate", verbosity=0)
+
+    from django.contrib.auth.models import Group, User
+
+    from recovery import counters
+    from recovery.models import Dataset, Run, RunPartition
+
+    started = time.perf_counter()
+    dataset = Dataset.objects.create(
+        name="bench",
+        spec={"name": "bench", "page_types": {"product": {"fields": {}}}},
+        spec_sha256="0" * 64,
+        provider="noop",
+    )
+    runs = {}
+    for label, n in (("10k", args.small), ("1m", args.large)):
+        run = Run.objects.create(dataset=dataset, window=f"w-{label}")
+        generate(run.pk, n)
+        counters.rebuild(run.pk)
+        RunPartition.objects.create(run=run, name="p7.test", quarantined=True)
+        runs[label] = run
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    setup_s = time.perf_counter() - started
+    print(f"generated {args.small} + {args.large} tasks and attempts in {setup_s:.1f} s")
+
+    admin = User.objects.create_user("bench-admin", password="x")
+    admin.groups.add(Group.objects.get(name="admin"))
+    client = Client()
+    client.force_login(admin)
+
+    pages = {
+        "run_detail": lambda run: reverse("dashboard:run", kwargs={"run_id": run.pk}),
+        "quarantine": lambda run: reverse("dashboard:quarantine", kwargs={"run_id": run.pk}),
+        "runs_overview": lambda run: (
+            reverse("dashboard:runs") + f"?dataset=bench&after={run.pk + 1}"
+        ),
+    }
+    results = []
+    failures = []
+    for page, url_of in pages.items():
+        times: dict[str, list[float]] = {"10k": [], "1m": []}
+        for label in ("10k", "1m"):
+            for _ in range(3):
+                assert client.get(url_of(runs[label])).status_code == 200
+        for _ in range(args.reps):
+            for label in ("10k", "1m"):
+                t0 = time.perf_counter()
+                response = client.get(url_of(runs[label]))
+                times[label].append((time.perf_counter() - t0) * 1000)
+                assert response.status_code == 200, response.status_code
+        with CaptureQueriesContext(connection) as captured:
+            client.get(url_of(runs["1m"]))
+        seq = explain_seq_scans(captured.captured_queries)
+        if seq:
+            failures.extend(seq)
+        ms_small = statistics.median(times["10k"])
+        ms_large = statistics.median(times["1m"])
+        growth = ms_large / ms_small
+        results.append(
+            {
+                "page": page,
+                "ms_10k": round(ms_small, 2),
+                "ms_1m": round(ms_large, 2),
+                "growth": round(growth, 2),
+                "queries": len(captured.captured_queries),
+                "seq_scans_on_big_tables": len(seq),
+            }
+        )
+        print(
+            f"{page:14s} 10k {ms_small:7.2f} ms   1m {ms_large:7.2f} ms   growth x{growth:.2f}"
+            f"   {len(captured.captured_queries)} queries, {len(seq)} seq scans on big tables"
+        )
+    for plan in failures:
+        print("SEQ SCAN:\n" + plan, file=sys.stderr)
+    if not args.keep:
+        drop_database(args.pg_name)
+    print(
+        json.dumps(
+            {
+                "bench": "dashboard",
+                "results": results,
+                "small": args.small,
+                "large": args.large,
+                "reps": args.reps,
+                "target_growth": 2.0,
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
+    ok = not failures and all(r["growth"] <= 2.0 for r in results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The run pages' query shapes: no unbounded count over tasks, whatever the run's size.
+
+The benchmark (bench/dashboard.py) times the pages at 10,000 and 1,000,000 tasks and EXPLAINs
+every query; these tests pin the shapes on every run of the suite.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from dashboard import charts, runstats
+from tests.browser.world import make_users, make_world
+
+pytestmark = pytest.mark.django_db
+
+TASK_COUNT = re.compile(r'COUNT\(.*FROM "?recovery_task"?\b', re.IGNORECASE | re.DOTALL)
+
+
+def _queries(client, url: str) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return [q["sql"] for q in captured.captured_queries]
+
+
+@pytest.fixture
+def admin_client(client):
+    users = make_users()
+    client.force_login(users["admin"])
+    return client
+
+
+@pytest.mark.parametrize("page", ["dashboard:runs", "dashboard:run"])
+def test_it_never_counts_tasks_on_the_run_pages(admin_client, page):
+    world = make_world()
+    kwargs = {"run_id": world.run.pk} if page == "dashboard:run" else {}
+    for sql in _queries(admin_client, reverse(page, kwargs=kwargs)):
+        assert not TASK_COUNT.search(sql), sql
+
+
+def test_it_counts_quarantined_tasks_only_within_a_limit(admin_client):
+    world = make_world()
+    url = reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk})
+    counted = [sql for sql in _queries(admin_client, url) if TASK_COUNT.search(sql)]
+    assert counted
+    for sql in counted:
+        assert "LIMIT" in sql.upper(), sql
+
+
+def test_it_reports_a_capped_error_sample(monkeypatch):
+    world = make_world()
+    monkeypatch.setattr(runstats, "SAMPLE_CAP", 3)
+    groups, capped = runstats.error_groups(world.run.pk, "quarantined")
+    assert capped
+    assert sum(g.tasks for g in groups) == 4  # SAMPLE_CAP + 1 rows read, never more
+    assert groups[0].error_class == "selector_failure"
+    assert groups[0].sample_attempt is not None
+
+
+def test_it_draws_one_bar_pair_per_minute_in_range():
+    world = make_world()
+    buckets = runstats.chart_buckets(world.run.pk, 15)
+    assert len(buckets) == 15
+    assert sum(errors for _, _, errors in buckets) == 1
+    svg = str(charts.activity_chart(buckets))
+    assert svg.startswith("<svg") and "errors 1" in svg
+    assert str(charts.activity_chart([])).startswith("<p")
+
+
+def test_it_draws_progress_bars_from_counts_only():
+    svg = str(charts.progress_bar({"committed": 3, "quarantined": 1}, 4, width=100))
+    assert 'width="75.00"' in svg and 'width="25.00"' in svg
+    assert "quarantined: 1" in svg
