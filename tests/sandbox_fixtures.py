@@ -55,6 +55,11 @@ class SandboxHandle:
     def product_url(self, i: int) -> str:
         return f"{self.base_url}/product/{i}"
 
+    def retailer_product_url(self, i: int) -> str:
+        """Product i on its retailer's own host (needs make_sandbox(retailer_hosts=True))."""
+        host = site.retailer_host(site.retailer_for(i, seed=self.seed))
+        return f"http://{host}:{self.base_url.rsplit(':', 1)[1]}/product/{i}"
+
     def current_profile(self) -> str:
         """The profile in force (a test may switch it through POST /_sandbox/faults)."""
         return self.shop.state.profile if self.shop is not None else self.profile
@@ -92,8 +97,13 @@ class SandboxHandle:
 def start_sandbox(**options: Any) -> SandboxHandle:
     """Serve build_app(**options) on a free loopback port in a background thread."""
     options = {**DEFAULTS, **options}
+    retailer_hosts = options.pop("retailer_hosts", False)
     app = server.build_app(**options)
     served = start_in_thread(app)
+    if retailer_hosts:  # also 127.0.0.2-6, one per retailer, same port
+        asyncio.run_coroutine_threadsafe(
+            server.listen_on_retailer_hosts(served._runner, served.port), served._loop
+        ).result(timeout=10)
     return SandboxHandle(
         base_url=served.base_url,
         pages=options["pages"],

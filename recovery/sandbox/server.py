@@ -13,6 +13,7 @@ import importlib
 import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -158,23 +159,31 @@ MANIFEST_MODES = ("products", "categories", "listing")
 
 
 def manifest_rows(
-    base_url: str, *, pages: int, seed: int = 0, mode: str = "products"
+    base_url: str,
+    *,
+    pages: int,
+    seed: int = 0,
+    mode: str = "products",
+    retailer_hosts: bool = False,
 ) -> list[dict[str, str]]:
     """Manifest rows (url, page_type, partition) for the shop at base_url.
 
-    products: every product page, partitioned by retailer (fixed inventory);
-    categories: the category pages (link discovery); listing: the first cursor page.
+    products: every product page, partitioned by retailer (fixed inventory); with
+    `retailer_hosts` each product's URL names its retailer's own address (site.retailer_host)
+    so `partition.rule = "host"` partitions by retailer too. categories: the category pages
+    (link discovery); listing: the first cursor page.
     """
     base = base_url.rstrip("/")
     if mode == "products":
-        return [
-            {
-                "url": f"{base}/product/{i}",
-                "page_type": "product",
-                "partition": site.retailer_for(i, seed=seed),
-            }
-            for i in range(1, pages + 1)
-        ]
+        port = urlsplit(base).port
+        rows = []
+        for i in range(1, pages + 1):
+            retailer = site.retailer_for(i, seed=seed)
+            origin = f"http://{site.retailer_host(retailer)}:{port}" if retailer_hosts else base
+            rows.append(
+                {"url": f"{origin}/product/{i}", "page_type": "product", "partition": retailer}
+            )
+        return rows
     if mode == "categories":
         return [
             {"url": f"{base}/category/{c}", "page_type": "category", "partition": c}
@@ -183,6 +192,14 @@ def manifest_rows(
     if mode == "listing":
         return [{"url": f"{base}/listing", "page_type": "listing", "partition": "listing"}]
     raise ValueError(f"manifest mode must be one of {', '.join(MANIFEST_MODES)}")
+
+
+async def listen_on_retailer_hosts(runner: web.AppRunner, port: int) -> list[str]:
+    """Also serve the runner's app on every retailer's loopback address, on the same port."""
+    hosts = [site.retailer_host(r) for r in site.RETAILERS]
+    for host in hosts:
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+    return hosts
 
 
 def write_manifest(path: str | Path, rows: list[dict[str, str]]) -> None:

@@ -186,6 +186,12 @@ def retailer_for(i: int, *, seed: int = 0) -> str:
     return RETAILERS[_pick(seed, "retailer", i, len(RETAILERS))]
 
 
+def retailer_host(retailer: str) -> str:
+    """Each retailer's own loopback address (all of 127.0.0.0/8 reaches this machine), so a
+    dataset can partition by host: `manage.py sandbox --retailer-hosts` also listens there."""
+    return f"127.0.0.{RETAILERS.index(retailer) + 2}"
+
+
 def bad_retailer_for(seed: int = 0) -> str:
     """The retailer whose prices come out invalid when the bad-retailer overlay is on."""
     return RETAILERS[seed % len(RETAILERS)]

@@ -510,6 +510,24 @@ def test_the_command_serves_and_writes_a_spec_and_manifest(sandbox_process, tmp_
     assert stop_process(sb.process) == 0  # SIGTERM is a clean exit
 
 
+@pytest.mark.slow
+def test_the_command_listens_on_retailer_hosts(sandbox_process, tmp_path):
+    from recovery import specs
+
+    spec_path, manifest_path = tmp_path / "shop.toml", tmp_path / "shop.csv"
+    sandbox_process(
+        "--retailer-hosts", "--spec-out", str(spec_path), "--manifest-out", str(manifest_path),
+        pages=10, faults="none",
+    )  # fmt: skip
+    assert specs.validate(specs.parse_file(spec_path))["partition"]["rule"] == "host"
+    with open(manifest_path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with httpx.Client(timeout=10) as c:
+        for row in rows:
+            assert httpx.URL(row["url"]).host == site.retailer_host(row["partition"])
+            assert c.get(row["url"]).status_code == 200
+
+
 def test_the_command_refuses_an_unknown_profile():
     import subprocess
 
@@ -540,3 +558,17 @@ def test_expected_outcomes_agree_with_the_engines_retry_table():
             assert kind.final_state == ("committed" if kind.transient else "dead"), kind.name
         else:
             assert state_of[action] == kind.final_state, kind.name
+
+
+def test_retailer_hosts_serve_the_shop_for_host_partitioning(make_sandbox):
+    sb = make_sandbox(pages=20, faults="none", retailer_hosts=True)
+    rows = server.manifest_rows(sb.base_url, pages=20, retailer_hosts=True)
+    hosts = {httpx.URL(row["url"]).host: row["partition"] for row in rows}
+    assert len(set(hosts.values())) == len(hosts) > 1  # one host per retailer
+    with httpx.Client(timeout=10) as c:
+        for row in rows[:6]:
+            r = c.get(row["url"])
+            assert r.status_code == 200
+            assert fields_of(r.text)["retailer"] == row["partition"]
+            assert httpx.URL(row["url"]).host == site.retailer_host(row["partition"])
+        assert c.get(sb.retailer_product_url(3)).status_code == 200

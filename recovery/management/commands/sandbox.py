@@ -31,8 +31,19 @@ class Command(BaseCommand):
         parser.add_argument("--spec-out", help="write a dataset spec (TOML) for this shop")
         parser.add_argument("--manifest-out", help="write a CSV manifest for this shop")
         parser.add_argument("--manifest-mode", default="products", choices=server.MANIFEST_MODES)
-        parser.add_argument("--partition-rule", default="manifest", choices=server.PARTITION_RULES)
+        parser.add_argument(
+            "--partition-rule",
+            default=None,
+            choices=server.PARTITION_RULES,
+            help="the spec's partition rule (default: host with --retailer-hosts, else manifest)",
+        )
         parser.add_argument("--dataset-name", default="sandbox-shop")
+        parser.add_argument(
+            "--retailer-hosts",
+            action="store_true",
+            help="also listen on each retailer's own 127.0.0.x address (same port) and name "
+            "those hosts in the manifest, so partition rule 'host' partitions by retailer",
+        )
 
     def handle(self, *args, **options) -> None:
         if options["faults"] not in site.PROFILES:
@@ -42,6 +53,8 @@ class Command(BaseCommand):
             )
         if options["pages"] < 1:
             raise CommandError("--pages: must be at least 1", returncode=2)
+        if options["retailer_hosts"] and options["host"] != "127.0.0.1":
+            raise CommandError("--retailer-hosts: needs --host 127.0.0.1", returncode=2)
         if not 0 <= options["port"] <= 65535:
             raise CommandError("--port: must be between 0 and 65535", returncode=2)
         app = server.build_app(
@@ -66,6 +79,8 @@ class Command(BaseCommand):
             tcp = web.TCPSite(runner, options["host"], options["port"], backlog=1024)
             await tcp.start()
             port = tcp._server.sockets[0].getsockname()[1]  # the bound port (for --port 0)
+            if options["retailer_hosts"]:
+                await server.listen_on_retailer_hosts(runner, port)
             host = options["host"]
             base_url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
             self._write_files(base_url, options)
@@ -73,7 +88,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"sandbox listening on {base_url}/ (pages={options['pages']} "
                 f"seed={options['seed']} faults={options['faults']} "
-                f"simulators={','.join(mounted) or 'none'})"
+                f"simulators={','.join(mounted) or 'none'}"
+                f"{' retailer-hosts=127.0.0.2-6' if options['retailer_hosts'] else ''})"
             )
             sys.stdout.flush()
             await stop.wait()
@@ -84,7 +100,9 @@ class Command(BaseCommand):
         if options["spec_out"]:
             Path(options["spec_out"]).write_text(
                 server.shop_spec_toml(
-                    name=options["dataset_name"], partition_rule=options["partition_rule"]
+                    name=options["dataset_name"],
+                    partition_rule=options["partition_rule"]
+                    or ("host" if options["retailer_hosts"] else "manifest"),
                 ),
                 encoding="utf-8",
             )
@@ -94,5 +112,6 @@ class Command(BaseCommand):
                 pages=options["pages"],
                 seed=options["seed"],
                 mode=options["manifest_mode"],
+                retailer_hosts=options["retailer_hosts"],
             )
             server.write_manifest(options["manifest_out"], rows)
