@@ -408,7 +408,7 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
-    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=2, help="ABBA order needs an even number")
     parser.add_argument("--dbs", default="postgres,sqlite")
     parser.add_argument("--pg-name", default="salvage_bench_scrape")
     parser.add_argument("--no-tuned", action="store_true", help="skip Scrapy CONCURRENT_ITEMS=1")
