@@ -22,7 +22,8 @@
    "scrapy_pages_per_s", "ratio", ...}], ...}; ratio = Salvage / Scrapy of the same pair.
 
 PostgreSQL: BENCH_DATABASE_URL (or DATABASE_URL) names the server; the benchmark drops and
-creates its own database (--pg-name) there. SQLite: a file in a temporary directory.
+creates its own database (--pg-name, or BENCH_PG_NAME) there. SQLite: a file in a temporary
+directory. BENCH_PAGES sets the default page count.
 """
 
 from __future__ import annotations
@@ -405,12 +406,15 @@ def salvage_ready() -> str | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pages", type=int, default=5000)
+    # Environment defaults let `make bench-scrape` be scaled without editing the Makefile.
+    parser.add_argument("--pages", type=int, default=int(os.environ.get("BENCH_PAGES", 5000)))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
     parser.add_argument("--reps", type=int, default=2, help="ABBA order needs an even number")
     parser.add_argument("--dbs", default="postgres,sqlite")
-    parser.add_argument("--pg-name", default="salvage_bench_scrape")
+    parser.add_argument(
+        "--pg-name", default=os.environ.get("BENCH_PG_NAME", "salvage_bench_scrape")
+    )
     parser.add_argument("--no-tuned", action="store_true", help="skip Scrapy CONCURRENT_ITEMS=1")
     parser.add_argument("--scrapy-only", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
