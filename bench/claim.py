@@ -1,0 +1,526 @@
+"""Claim -> commit throughput: the engine (noop provider) against the raw-SQL floor, one run.
+
+For each database and worker count, the same number of processes first run the *floor*
+(seed 002's claim and commit statements with psycopg / sqlite3 directly, batch 50, on bare
+tables without foreign keys) and then the *engine* (recovery.worker.run_batch with the noop
+provider: claim, provider call on the event loop, fenced commit with Attempt, observation
+upsert, counters and worker heartbeat). Each measurement reloads the tasks, starts the
+processes, waits until all are ready, then counts tasks committed inside a common window
+after a warm-up. Repetitions alternate floor and engine; the ratio is engine / floor, paired
+per repetition, and the median is reported.
+
+    make bench-claim                       # PostgreSQL 1, 2, 4 workers and SQLite 1, 2
+    .venv/bin/python bench/claim.py --reps 5 --seconds 8
+    .venv/bin/python bench/claim.py --pg-url postgres://postgres@127.0.0.1:5432/postgres
+
+The last line of output is one JSON object: {"bench": "claim", "results": [...]}.
+PostgreSQL is skipped (with a note) when it is unreachable; SQLite always runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = 50
+LEASE = 300
+SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+# --- the floor: seed 002's statements on bare tables -------------------------------------------
+
+PG_FLOOR_SCHEMA = """
+DROP TABLE IF EXISTS floor_tasks, floor_attempts, floor_observations;
+CREATE TABLE floor_tasks (
+    task_key text PRIMARY KEY, state text NOT NULL, priority int NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL, lease_owner text, lease_until timestamptz,
+    lease_token bigint NOT NULL DEFAULT 0, attempt_count int NOT NULL DEFAULT 0, url text NOT NULL
+);
+CREATE INDEX floor_claim_idx ON floor_tasks (priority DESC, next_attempt_at)
+    WHERE state IN ('pending', 'retry_wait', 'leased');
+CREATE TABLE floor_attempts (
+    attempt_id uuid PRIMARY KEY, task_key text NOT NULL, outcome text NOT NULL,
+    http_status int, payload_hash text, worker text, lease_token bigint
+);
+CREATE INDEX floor_attempts_task ON floor_attempts (task_key);
+CREATE TABLE floor_observations (
+    observation_key text PRIMARY KEY, entity_key text NOT NULL, collection_window text NOT NULL,
+    payload jsonb NOT NULL, payload_hash text NOT NULL, source_task_key text NOT NULL
+);
+"""
+
+PG_FLOOR_CLAIM = f"""
+UPDATE floor_tasks AS t SET state = 'leased', lease_owner = %s,
+    lease_until = now() + interval '{LEASE} seconds',
+    next_attempt_at = now() + interval '{LEASE} seconds',
+    lease_token = t.lease_token + 1, attempt_count = t.attempt_count + 1
+FROM (
+    SELECT task_key FROM floor_tasks
+    WHERE state IN ('pending', 'retry_wait', 'leased') AND next_attempt_at <= now()
+    ORDER BY priority DESC, next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED
+) AS c
+WHERE t.task_key = c.task_key
+RETURNING t.task_key, t.lease_token, t.url
+"""
+PG_FLOOR_FENCE = (
+    "UPDATE floor_tasks SET state = 'committed', lease_owner = NULL, lease_until = NULL "
+    "WHERE task_key = %s AND lease_owner = %s AND lease_token = %s RETURNING task_key"
+)
+PG_FLOOR_ATTEMPT = (
+    "INSERT INTO floor_attempts (attempt_id, task_key, outcome, http_status, payload_hash, "
+    "worker, lease_token) VALUES (%s, %s, 'accepted', 200, %s, %s, %s)"
+)
+PG_FLOOR_OBSERVATION = (
+    "INSERT INTO floor_observations (observation_key, entity_key, collection_window, payload, "
+    "payload_hash, source_task_key) VALUES (%s, %s, 'w', %s, %s, %s) "
+    "ON CONFLICT (observation_key) DO UPDATE SET payload = EXCLUDED.payload, "
+    "payload_hash = EXCLUDED.payload_hash, source_task_key = EXCLUDED.source_task_key "
+    "WHERE floor_observations.payload_hash <> EXCLUDED.payload_hash"
+)
+
+SQLITE_FLOOR_SCHEMA = """
+DROP TABLE IF EXISTS floor_tasks; DROP TABLE IF EXISTS floor_attempts;
+DROP TABLE IF EXISTS floor_observations;
+CREATE TABLE floor_tasks (
+    task_key text PRIMARY KEY, state text NOT NULL, priority int NOT NULL DEFAULT 0,
+    next_attempt_at text NOT NULL, lease_owner text, lease_until text,
+    lease_token integer NOT NULL DEFAULT 0, attempt_count integer NOT NULL DEFAULT 0,
+    url text NOT NULL
+);
+CREATE INDEX floor_claim_idx ON floor_tasks (priority DESC, next_attempt_at)
+    WHERE state IN ('pending', 'retry_wait', 'leased');
+CREATE TABLE floor_attempts (
+    attempt_id text PRIMARY KEY, task_key text NOT NULL, outcome text NOT NULL,
+    http_status int, payload_hash text, worker text, lease_token integer
+);
+CREATE INDEX floor_attempts_task ON floor_attempts (task_key);
+CREATE TABLE floor_observations (
+    observation_key text PRIMARY KEY, entity_key text NOT NULL, collection_window text NOT NULL,
+    payload text NOT NULL, payload_hash text NOT NULL, source_task_key text NOT NULL
+);
+"""
+SQLITE_FLOOR_CLAIM = f"""
+UPDATE floor_tasks SET state = 'leased', lease_owner = ?,
+    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds'),
+    next_attempt_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds'),
+    lease_token = lease_token + 1, attempt_count = attempt_count + 1
+WHERE task_key IN (
+    SELECT task_key FROM floor_tasks
+    WHERE state IN ('pending', 'retry_wait', 'leased') AND next_attempt_at <= {SQLITE_NOW}
+    ORDER BY priority DESC, next_attempt_at LIMIT ?
+)
+RETURNING task_key, lease_token, url
+"""
+
+
+def _work(task_key: str, url: str) -> tuple[str, str, str]:
+    """What a worker does between claim and commit in the floor: the noop provider's payload,
+    canonical JSON and its SHA-256 (the engine does the same inside commit_outcomes)."""
+    payload = json.dumps({"n": task_key[:8], "url": url}, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    okey = hashlib.sha256(f"obs|{url}|w".encode()).hexdigest()
+    return payload, digest, okey
+
+
+class PgFloor:
+    def __init__(self, url: str, worker: str):
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.worker = worker
+
+    def step(self, batch: int) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(PG_FLOOR_CLAIM, [self.worker, batch])
+            claimed = cur.fetchall()
+        if not claimed:
+            return -1
+        work = [(key, token, *_work(key, url)) for key, token, url in claimed]
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            # Fence first: a stale worker writes nothing (same order as the engine).
+            cur.executemany(
+                PG_FLOOR_FENCE, [(k, self.worker, t) for k, t, *_ in work], returning=True
+            )
+            fenced = set()
+            while True:
+                row = cur.fetchone()
+                if row:
+                    fenced.add(row[0])
+                if not cur.nextset():
+                    break
+            won = [w for w in work if w[0] in fenced]
+            cur.executemany(
+                PG_FLOOR_ATTEMPT, [(uuid.uuid4(), k, h, self.worker, t) for k, t, _p, h, _o in won]
+            )
+            cur.executemany(PG_FLOOR_OBSERVATION, [(o, k, p, h, k) for k, _t, p, h, o in won])
+        return len(won)
+
+
+class SqliteFloor:
+    def __init__(self, path: str, worker: str):
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.worker = worker
+
+    def step(self, batch: int) -> int:
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        claimed = cur.execute(SQLITE_FLOOR_CLAIM, [self.worker, batch]).fetchall()
+        cur.execute("COMMIT")
+        if not claimed:
+            return -1
+        work = [(key, token, *_work(key, url)) for key, token, url in claimed]
+        cur.execute("BEGIN IMMEDIATE")
+        won = []
+        for w in work:
+            cur.execute(
+                "UPDATE floor_tasks SET state = 'committed', lease_owner = NULL, "
+                "lease_until = NULL WHERE task_key = ? AND lease_owner = ? AND lease_token = ? "
+                "RETURNING task_key",
+                (w[0], self.worker, w[1]),
+            )
+            if cur.fetchall():
+                won.append(w)
+        cur.executemany(
+            PG_FLOOR_ATTEMPT.replace("%s", "?"),
+            [(uuid.uuid4().hex, k, h, self.worker, t) for k, t, _p, h, _o in won],
+        )
+        cur.executemany(
+            PG_FLOOR_OBSERVATION.replace("%s", "?"), [(o, k, p, h, k) for k, _t, p, h, o in won]
+        )
+        cur.execute("COMMIT")
+        return len(won)
+
+
+class Engine:
+    def __init__(self, worker: str):
+        import django
+
+        django.setup()
+        from django.db import connection
+
+        from recovery import worker as engine_worker
+
+        connection.ensure_connection()
+        self.worker_mod = engine_worker
+        self.worker = worker
+
+    def step(self, batch: int) -> int:
+        result = self.worker_mod.run_batch(self.worker, batch_size=batch, concurrency=batch)
+        if not result:
+            return -1
+        return result.summary.committed
+
+
+def child(kind, db, target, index, batch, warmup, window, ready, go_at, results):
+    """One measured process: connect, report ready, run steps, count commits in the window."""
+    worker = f"bench-{kind}-{index}"
+    if kind == "engine":
+        impl = Engine(worker)
+    elif db == "postgresql":
+        impl = PgFloor(target, worker)
+    else:
+        impl = SqliteFloor(target, worker)
+    ready.put(index)
+    while go_at.value == 0:
+        time.sleep(0.005)
+    start = go_at.value + warmup
+    end = start + window
+    counted = 0
+    dry = False
+    while True:
+        n = impl.step(batch)
+        now = time.monotonic()
+        if n < 0:
+            dry = now < end
+            break
+        if start <= now <= end:
+            counted += n
+        if now > end:
+            break
+    results.put((index, counted, dry))
+
+
+# --- data loading -------------------------------------------------------------------------------
+
+
+def pg_admin(url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def pg_load(url: str, n: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE floor_tasks, floor_attempts, floor_observations, recovery_attempt, "
+            "recovery_observation, recovery_taskcountdelta, recovery_workerheartbeat, "
+            "recovery_task CASCADE"
+        )
+        conn.execute(
+            "INSERT INTO floor_tasks (task_key, state, next_attempt_at, url) "
+            "SELECT md5(i::text) || md5((-i)::text), 'pending', now() - interval '1 minute', "
+            "'http://shop.test/item/' || i FROM generate_series(1, %s) AS i",
+            [n],
+        )
+        run_id = conn.execute("SELECT id FROM recovery_run LIMIT 1").fetchone()[0]
+        conn.execute(
+            "INSERT INTO recovery_task (run_id, task_key, url, page_type, partition, priority, "
+            "discovery, depth, navigation, state, attempt_count, next_attempt_at, lease_owner, "
+            "lease_token, last_error_class, created_at, state_changed_at) "
+            "SELECT %s, md5(i::text) || md5((-i)::text), 'http://shop.test/item/' || i, "
+            "'product', 'p' || mod(i, 4), 0, 'manifest', 0, '{}'::jsonb, 'pending', 0, "
+            "now() - interval '1 minute', '', 0, '', now(), now() "
+            "FROM generate_series(1, %s) AS i",
+            [run_id, n],
+        )
+        conn.execute(
+            "INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta) "
+            "SELECT %s, partition, 'pending', count(*) FROM recovery_task GROUP BY partition",
+            [run_id],
+        )
+        conn.execute("VACUUM ANALYZE floor_tasks")
+        conn.execute("VACUUM ANALYZE recovery_task")
+        conn.execute("CHECKPOINT")
+
+
+def sqlite_load(path: str, n: int) -> None:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+    cur = conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    for table in (
+        "floor_tasks",
+        "floor_attempts",
+        "floor_observations",
+        "recovery_observation",
+        "recovery_attempt",
+        "recovery_taskcountdelta",
+        "recovery_workerheartbeat",
+        "recovery_task",
+    ):
+        cur.execute(f"DELETE FROM {table}")
+    series = "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "
+    past = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-60 seconds')"
+    cur.execute(
+        series + "INSERT INTO floor_tasks (task_key, state, next_attempt_at, url) "
+        f"SELECT printf('%064d', i), 'pending', {past}, 'http://shop.test/item/' || i FROM s",
+        [n],
+    )
+    run_id = cur.execute("SELECT id FROM recovery_run LIMIT 1").fetchone()[0]
+    cur.execute(
+        series + "INSERT INTO recovery_task (run_id, task_key, url, page_type, partition, "
+        "priority, discovery, depth, navigation, state, attempt_count, next_attempt_at, "
+        "lease_owner, lease_token, last_error_class, created_at, state_changed_at) "
+        f"SELECT ?, printf('%064d', i), 'http://shop.test/item/' || i, 'product', "
+        f"'p' || (i % 4), 0, 'manifest', 0, '{{}}', 'pending', 0, {past}, '', 0, '', "
+        f"{past}, {past} FROM s",
+        [n, run_id],
+    )
+    cur.execute(
+        "INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta) "
+        "SELECT ?, partition, 'pending', count(*) FROM recovery_task GROUP BY partition",
+        [run_id],
+    )
+    cur.execute("COMMIT")
+    cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def prepare_engine_database(db_url: str, env: dict[str, str]) -> None:
+    """Migrate the engine's schema and create one noop dataset and run."""
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    code = (
+        "import django; django.setup(); "
+        "from recovery.models import Dataset, Run; "
+        "d, _ = Dataset.objects.get_or_create(name='bench', defaults=dict(spec={'name': "
+        "'bench', 'provider': 'noop'}, spec_sha256='0' * 64, provider='noop')); "
+        "Run.objects.get_or_create(dataset=d, window='w')"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool]:
+    ctx = mp.get_context("spawn")  # children set up Django themselves, from the environment
+    ready, results = ctx.Queue(), ctx.Queue()
+    go_at = ctx.Value("d", 0.0)
+    procs = [
+        ctx.Process(
+            target=child,
+            args=(kind, db, target, i, batch, warmup, window, ready, go_at, results),
+        )
+        for i in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        go_at.value = time.monotonic()
+        got = [results.get(timeout=warmup + window + 300) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    total = sum(counted for _i, counted, _dry in got)
+    return total / window, any(dry for _i, _c, dry in got)
+
+
+def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> list[dict]:
+    results = []
+    for workers in configs:
+        floor_rates, engine_rates, ratios, dry = [], [], [], False
+        for rep in range(reps):
+            pair = {}
+            for kind in ("floor", "engine") if rep % 2 == 0 else ("engine", "floor"):
+                load(target, n_tasks)
+                rate, ran_dry = measure(kind, db, target, workers, BATCH, warmup, window)
+                dry = dry or ran_dry
+                pair[kind] = rate
+                log(f"{db} workers={workers} rep={rep + 1} {kind}: {rate:,.0f} tasks/s")
+            floor_rates.append(pair["floor"])
+            engine_rates.append(pair["engine"])
+            ratios.append(pair["engine"] / pair["floor"] if pair["floor"] else 0.0)
+        results.append(
+            {
+                "db": db,
+                "workers": workers,
+                "batch": BATCH,
+                "engine_per_s": round(statistics.median(engine_rates), 1),
+                "floor_per_s": round(statistics.median(floor_rates), 1),
+                "ratio": round(statistics.median(ratios), 3),
+                "ratio_min": round(min(ratios), 3),
+                "ratio_max": round(max(ratios), 3),
+                "reps": reps,
+                "ran_dry": dry,
+            }
+        )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--tasks", type=int, default=60_000, help="tasks loaded per measure")
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
+        help="an admin connection; the bench creates and drops its own database",
+    )
+    parser.add_argument("--pg-workers", default="1,2,4")
+    parser.add_argument("--sqlite-workers", default="1,2")
+    parser.add_argument("--skip-pg", action="store_true")
+    parser.add_argument("--skip-sqlite", action="store_true")
+    args = parser.parse_args()
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    work_dir = Path(tempfile.mkdtemp(prefix="salvage-bench-claim-"))
+    base_env = dict(os.environ)
+    base_env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "recovery.settings",
+            "SALVAGE_INSECURE_DEV_KEY": "1",
+            "SALVAGE_DATA_DIR": str(work_dir / "var"),
+            "SALVAGE_LOG_LEVEL": "WARNING",
+            "SALVAGE_LEASE_SECONDS": str(LEASE),
+        }
+    )
+    base_env.pop("SALVAGE_FAULT_POINT", None)
+    results: list[dict] = []
+    notes: list[str] = []
+    sys.path.insert(0, str(ROOT))
+    try:
+        if not args.skip_pg:
+            db_name = f"bench_claim_{os.getpid()}"
+            parts = urlsplit(args.pg_url)
+            bench_url = urlunsplit(parts._replace(path=f"/{db_name}"))
+            try:
+                pg_admin(args.pg_url, f"DROP DATABASE IF EXISTS {db_name}")
+                pg_admin(args.pg_url, f"CREATE DATABASE {db_name}")
+            except Exception as exc:
+                notes.append(f"PostgreSQL skipped: {exc}")
+                log(notes[-1])
+            else:
+                try:
+                    env = dict(base_env, DATABASE_URL=bench_url)
+                    prepare_engine_database(bench_url, env)
+                    pg_admin(bench_url, PG_FLOOR_SCHEMA)
+                    os.environ.update(env)
+                    configs = [int(x) for x in args.pg_workers.split(",") if x]
+                    results += run_suite(
+                        "postgresql",
+                        bench_url,
+                        pg_load,
+                        configs,
+                        args.reps,
+                        args.warmup,
+                        args.seconds,
+                        args.tasks,
+                        log,
+                    )
+                finally:
+                    with contextlib.suppress(Exception):
+                        pg_admin(args.pg_url, f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+        if not args.skip_sqlite:
+            path = work_dir / "bench.sqlite3"
+            env = dict(base_env, DATABASE_URL=f"sqlite:///{path}")
+            prepare_engine_database(f"sqlite:///{path}", env)
+            conn = sqlite3.connect(path)
+            conn.executescript(SQLITE_FLOOR_SCHEMA)
+            conn.close()
+            os.environ.update(env)
+            configs = [int(x) for x in args.sqlite_workers.split(",") if x]
+            results += run_suite(
+                "sqlite",
+                str(path),
+                sqlite_load,
+                configs,
+                args.reps,
+                args.warmup,
+                args.seconds,
+                args.tasks,
+                log,
+            )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    for r in results:
+        log(
+            f"{r['db']:>10} workers={r['workers']} batch={r['batch']}: engine "
+            f"{r['engine_per_s']:,.0f}/s, floor {r['floor_per_s']:,.0f}/s, ratio {r['ratio']} "
+            f"[{r['ratio_min']}-{r['ratio_max']}]" + (" (ran dry!)" if r["ran_dry"] else "")
+        )
+    print(json.dumps({"bench": "claim", "results": results, "notes": notes}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
