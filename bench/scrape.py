@@ -408,7 +408,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # Environment defaults let `make bench-scrape` be scaled without editing the Makefile.
     parser.add_argument("--pages", type=int, default=int(os.environ.get("BENCH_PAGES", 5000)))
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", default="2", help="worker processes, or a list: 1,2")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
     parser.add_argument("--reps", type=int, default=2, help="ABBA order needs an even number")
     parser.add_argument("--dbs", default="postgres,sqlite")
@@ -423,6 +423,12 @@ def main() -> int:
     for db in dbs:
         if db not in ("postgres", "sqlite"):
             parser.error(f"--dbs: {db!r} is not postgres or sqlite")
+    try:
+        worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    except ValueError:
+        parser.error("--workers: a number or a comma-separated list of numbers")
+    if not worker_counts or min(worker_counts) < 1:
+        parser.error("--workers: at least 1")
 
     workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-scrape-"))
     info = versions()
@@ -437,21 +443,15 @@ def main() -> int:
         cap = sandbox_capacity(sandbox, urls)
         summary["sandbox"] = cap
         log(f"sandbox at {sandbox.base_url}: {cap}")
-        # The spec the sandbox wrote, with the per-worker concurrency.
-        spec = workdir / "bench-shop.toml"
-        per_worker = max(1, args.concurrency // args.workers)
-        text = sandbox.spec.read_text()
-        text = re.sub(r"(?m)^concurrency = \d+$", f"concurrency = {per_worker}", text)
-        text = re.sub(r"(?m)^per_host = \d+$", f"per_host = {per_worker}", text)
-        spec.write_text(text)
         blocked = None if args.scrapy_only else salvage_ready()
         if blocked:
             log(f"Salvage side skipped: {blocked}")
             summary["salvage_skipped"] = blocked
-        for db in dbs:
+        for db, workers in [(db, w) for db in dbs for w in worker_counts]:
             env = None
             if not (blocked or args.scrapy_only):
                 env = prepare_db(db, workdir, args.pg_name)
+            spec = spec_for(sandbox, workdir, max(1, args.concurrency // workers))
             pairs = []
             for rep in range(args.reps):
                 pair: dict[str, Any] = {}
@@ -465,16 +465,18 @@ def main() -> int:
                         if env is None:
                             continue
                         pair[side] = run_salvage(
-                            env, sandbox, workdir, db=db, spec=spec, window=f"bench-{db}-{rep}",
-                            workers=args.workers, concurrency=args.concurrency, pages=args.pages,
+                            env, sandbox, workdir, db=db, spec=spec,
+                            window=f"bench-{db}-w{workers}-{rep}", workers=workers,
+                            concurrency=args.concurrency, pages=args.pages,
                         )  # fmt: skip
                     else:
                         pair[side] = run_scrapy(
                             sandbox, workdir, args.concurrency, args.pages, side == "scrapy_tuned"
                         )
-                    log(f"[{db} rep {rep}] {side}: {pair[side]} load {os.getloadavg()[0]:.2f}")
+                    load = os.getloadavg()[0]
+                    log(f"[{db} w{workers} rep {rep}] {side}: {pair[side]} load {load:.2f}")
                 pairs.append(pair)
-            summary["results"].append(summarise(db, args, pairs))
+            summary["results"].append(summarise(db, workers, args, pairs))
     finally:
         sandbox.stop()
         if not args.keep:
@@ -486,7 +488,19 @@ def main() -> int:
     return 0
 
 
-def summarise(db: str, args: argparse.Namespace, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+def spec_for(sandbox: Sandbox, workdir: Path, per_worker: int) -> Path:
+    """The spec the sandbox wrote, with the per-worker concurrency."""
+    spec = workdir / f"bench-shop-c{per_worker}.toml"
+    text = sandbox.spec.read_text()
+    text = re.sub(r"(?m)^concurrency = \d+$", f"concurrency = {per_worker}", text)
+    text = re.sub(r"(?m)^per_host = \d+$", f"per_host = {per_worker}", text)
+    spec.write_text(text)
+    return spec
+
+
+def summarise(
+    db: str, workers: int, args: argparse.Namespace, pairs: list[dict[str, Any]]
+) -> dict[str, Any]:
     def med(key: str, side: str) -> float | None:
         values = [p[side][key] for p in pairs if side in p]
         return round(statistics.median(values), 1) if values else None
@@ -499,7 +513,7 @@ def summarise(db: str, args: argparse.Namespace, pairs: list[dict[str, Any]]) ->
 
     row: dict[str, Any] = {
         "db": db,
-        "workers": args.workers,
+        "workers": workers,
         "concurrency": args.concurrency,
         "pages_per_s": med("pages_per_s", "salvage"),
         "scrapy_pages_per_s": med("pages_per_s", "scrapy"),
