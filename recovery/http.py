@@ -380,17 +380,26 @@ class HostGate:
         self.max_delay = max(max_delay, min_delay)
         self.interval = min_delay
         self.next_at = 0.0
+        self.users = 0  # waiting or in flight
+
+    @property
+    def idle(self) -> bool:
+        return self.users == 0 and self.interval <= self.min_delay
 
     @contextlib.asynccontextmanager
     async def slot(self):
-        async with self.semaphore:
-            if self.interval > 0:
-                now = time.monotonic()
-                start = max(now, self.next_at)
-                self.next_at = start + self.interval
-                if start > now:
-                    await asyncio.sleep(start - now)  # politeness: a deliberate wait
-            yield
+        self.users += 1
+        try:
+            async with self.semaphore:
+                if self.interval > 0:
+                    now = time.monotonic()
+                    start = max(now, self.next_at)
+                    self.next_at = start + self.interval
+                    if start > now:
+                        await asyncio.sleep(start - now)  # politeness: a deliberate wait
+                yield
+        finally:
+            self.users -= 1
 
     def slow_down(self) -> None:
         self.interval = min(self.max_delay, max(self.interval * 2, self.STEP, self.min_delay))
@@ -527,9 +536,16 @@ class Fetcher:
             self._gates = {}
         return self._client
 
+    MAX_GATES = 10_000
+
     def gate(self, host: str) -> HostGate:
         gate = self._gates.get(host)
         if gate is None:
+            if len(self._gates) >= self.MAX_GATES:
+                # A crawl over many hosts: forget the idle ones (nothing in flight, no penalty).
+                for name, old in list(self._gates.items()):
+                    if old.idle:
+                        del self._gates[name]
             gate = self._gates[host] = HostGate(self.per_host, self.min_delay, self.max_host_delay)
         return gate
 

@@ -221,7 +221,8 @@ class DirectProvider:
         error_class = classify_status(page.status)
         if error_class is not None:
             outcome = _failure(error_class, f"HTTP {page.status}", page)
-            if error_class is ErrorClass.RATE_LIMITED:
+            if page.status in (429, 503):
+                # RFC 9110 gives Retry-After to both; the engine waits that long, capped.
                 outcome.retry_after = retry_after_seconds(page)
             return outcome
         try:

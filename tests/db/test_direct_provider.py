@@ -304,3 +304,43 @@ def test_a_429_delays_the_next_attempt_by_retry_after(make_sandbox, tmp_path):  
         "retry": 2,
         "committed": 2,
     }
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retry_after"),
+    [
+        (503, {"Retry-After": "7"}, 7.0),
+        (429, {"Retry-After": "soon"}, None),  # malformed: the engine backs off instead
+        (429, {"Retry-After": "-5"}, None),
+        (429, {"Retry-After": "99999999999"}, 3600.0),  # capped (SALVAGE_RETRY_AFTER_CAP)
+        # Measured against the server's own Date header, so clock skew cancels out.
+        (
+            429,
+            {
+                "Date": "Sun, 06 Nov 1994 08:49:37 GMT",
+                "Retry-After": "Sun, 06 Nov 1994 08:49:52 GMT",
+            },
+            15.0,
+        ),
+        (500, {"Retry-After": "7"}, None),
+    ],
+)
+def test_retry_after_is_parsed_safely(status, headers, retry_after):
+    from aiohttp import web
+
+    from recovery.sandbox.runner import start_in_thread
+
+    async def limited(request):
+        response = web.Response(status=status, text="busy", content_type="text/html")
+        response.headers.update(headers)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", limited)
+    served = start_in_thread(app)
+    try:
+        (outcome,) = execute([task_input(served.base_url + "/")])
+    finally:
+        served.stop()
+    assert outcome.http_status == status
+    assert outcome.retry_after == retry_after

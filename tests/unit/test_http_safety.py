@@ -525,3 +525,18 @@ def test_the_guard_reads_the_allow_list_from_settings(settings):
     assert guard.check_literal("192.168.1.1") == ipaddress.IPv4Address("192.168.1.1")
     with pytest.raises(FetchError, match="loopback"):
         guard.check_literal("127.0.0.1")
+
+
+def test_idle_host_gates_are_forgotten_busy_ones_kept(monkeypatch):
+    async def go():
+        fetcher = Fetcher()
+        monkeypatch.setattr(Fetcher, "MAX_GATES", 3)
+        busy = fetcher.gate("busy.test")
+        slow = fetcher.gate("slow.test")
+        slow.slow_down()
+        fetcher.gate("idle.test")
+        async with busy.slot():
+            fetcher.gate("new.test")
+            return set(fetcher._gates)
+
+    assert asyncio.run(go()) == {"busy.test", "slow.test", "new.test"}
