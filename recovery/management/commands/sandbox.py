@@ -73,7 +73,8 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        runner = web.AppRunner(app, access_log=None)
+        # In-flight slow or streaming responses get 2 s to finish, then the exit goes ahead.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         try:
             tcp = web.TCPSite(runner, options["host"], options["port"], backlog=1024)
