@@ -621,7 +621,7 @@ class Shop:
                 sent += len(block)
             await response.write(b"</div></body></html>")
             await response.write_eof()
-        except (ConnectionResetError, ConnectionError):
+        except ConnectionError:
             pass  # the client hung up at its cap: that is the point
         return response
 
