@@ -115,3 +115,29 @@ def test_the_command_exits_2_on_bad_input(tmp_path):
     with pytest.raises(CommandError) as err:
         call_command("export", "1", "--output", str(tmp_path / "missing" / "x.csv"))
     assert err.value.returncode == 2
+
+
+TRICKY = [
+    {"title": '=cmd|"/c calc"!A1', "price": "-1.5", "sku": "SKU-1"},
+    {"title": 'a "quoted", comma\nnewline', "price": 12, "sku": "@SKU-2"},
+    {"title": "ünïcødé ✓", "price": None, "sku": "\tSKU-3"},
+    {"title": True, "price": 1.25, "sku": {"nested": [1, 2]}},
+]
+
+
+def test_postgres_renders_the_same_rows_as_the_python_path(postgres_only):
+    run = accepted_run(per_partition=len(TRICKY))
+    for obs, payload in zip(
+        Observation.objects.filter(run=run).order_by("pk"), TRICKY, strict=True
+    ):
+        Observation.objects.filter(pk=obs.pk).update(payload=payload)
+    sql_csv = "".join(exports._pg_lines(run, "csv"))
+    py_csv = "".join(exports._csv(run))
+    assert list(csv.reader(io.StringIO(sql_csv, newline=""))) == list(
+        csv.reader(io.StringIO(py_csv, newline=""))
+    )
+    assert sql_csv == py_csv  # byte for byte, quoting included
+    sql_jsonl = [json.loads(x) for x in "".join(exports._pg_lines(run, "jsonl")).splitlines()]
+    py_jsonl = [json.loads(x) for x in "".join(exports._jsonl(run)).splitlines()]
+    assert sql_jsonl == py_jsonl
+    assert [r["payload"] for r in sql_jsonl] == TRICKY

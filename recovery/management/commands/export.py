@@ -46,6 +46,13 @@ class Command(BaseCommand):
             self.stdout.flush()
             return
         target = Path(output).resolve()
+        if target.exists() and not target.is_file():
+            # /dev/null, a FIFO, a terminal: write straight through (never rename onto it).
+            with open(target, "w", encoding="utf-8", newline="") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+            self.stdout.write(f"run {run.pk}: wrote {target}")
+            return
         if not target.parent.is_dir():
             raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

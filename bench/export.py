@@ -1,0 +1,318 @@
+"""Export throughput and peak memory against PostgreSQL's own COPY, in one run.
+
+    python bench/export.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME] [--keep]
+
+1. Drops and creates a scratch database (BENCH_DATABASE_URL or DATABASE_URL names the server;
+   default postgres://postgres@127.0.0.1:5432/postgres), migrates it, and generates one
+   accepted run per size with INSERT ... SELECT generate_series: N tasks and N valid
+   observations whose jsonb payloads are about 520 bytes in text form (the size used in
+   research/perf-baselines.md, section 5), over 20 partitions. Then VACUUM ANALYZE.
+2. Per size and repetition, alternating the order: the floor,
+   `psql -X -c "COPY (SELECT payload FROM recovery_observation WHERE run_id = R AND
+   validation_state = 'valid') TO STDOUT"`, and the product, `manage.py export R --format F`
+   for F in csv and jsonl. Each is a whole process timed start to exit (start-up included on
+   both sides), its standard output read and counted by this script, and its own peak RSS taken
+   from os.wait4's rusage. Every size gets one unmeasured COPY first, so the table is warm.
+3. Prints one line per measurement and, last, one JSON line:
+   {"bench": "export", "results": [{"rows", "format", "mb_per_s", "copy_mb_per_s", "ratio",
+   "peak_rss_mb", ...}], ...}
+   mb_per_s is the product's output bytes / seconds; ratio = mb_per_s / copy_mb_per_s of the
+   same repetition (median over repetitions). Targets: ratio >= 0.4 and peak RSS flat from
+   100,000 to 1,000,000 rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PARTITIONS = 20
+FORMATS = ("csv", "jsonl")
+
+SPEC = {
+    "name": "bench-export",
+    "provider": "noop",
+    "scraper_version": "1",
+    "entity_key": {"field": "sku"},
+    "partition": {"rule": "host"},
+    "page_types": {
+        "product": {
+            "fields": {
+                "title": {"selector": "h1", "required": True},
+                "price": {"selector": ".price", "type": "decimal"},
+                "sku": {"selector": "[data-sku]", "attr": "data-sku"},
+                "brand": {"selector": ".brand"},
+                "in_stock": {"selector": ".stock", "type": "bool"},
+                "reviews": {"selector": ".reviews", "type": "int"},
+                "description": {"selector": ".description"},
+            }
+        }
+    },
+    "rules": [],
+}
+
+
+def server_url() -> str:
+    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
+    if not url.startswith(("postgres://", "postgresql://")):
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+    return url
+
+
+def scratch_database(name: str) -> str:
+    import psycopg
+
+    parts = urlsplit(server_url())
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    admin_url = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def generate(run_id: int, dataset: str, window: str, n: int) -> None:
+    """n tasks and n valid observations of one run, in SQL."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO recovery_task (
+                run_id, task_key, url, page_type, partition, priority, discovery, navigation,
+                state, attempt_count, next_attempt_at, lease_owner, lease_token,
+                last_error_class, created_at, state_changed_at, depth)
+            SELECT %s, md5(%s || g::text) || md5(g::text || %s),
+                   'https://shop' || (g %% %s) || '.test/product/' || g, 'product',
+                   'shop' || (g %% %s), 0, 'manifest', '{}'::jsonb, 'committed', 1, now(), '',
+                   1, '', now(), now(), 0
+            FROM generate_series(1, %s) AS g
+            """,
+            [run_id, window, window, PARTITIONS, PARTITIONS, n],
+        )
+        # ~520 bytes of jsonb text per payload, with one formula-looking title in 50 so the
+        # CSV neutralisation path is exercised.
+        cursor.execute(
+            """
+            INSERT INTO recovery_observation (
+                run_id, observation_key, entity_key, "window", partition, payload, payload_hash,
+                source_task_id, scraper_version, validation_state, version, observed_at,
+                updated_at)
+            SELECT t.run_id, md5('o' || t.task_key) || md5(t.task_key), 'SKU-' || t.id, %s,
+                   t.partition,
+                   jsonb_build_object(
+                       'title', CASE WHEN t.id %% 50 = 0 THEN '=HYPERLINK("x")'
+                                ELSE 'Product ' || t.id || ' deluxe edition' END,
+                       'price', ((t.id %% 9000) / 100.0 + 1)::text,
+                       'sku', 'SKU-' || t.id,
+                       'brand', 'Brand ' || (t.id %% 97),
+                       'in_stock', t.id %% 3 <> 0,
+                       'reviews', t.id %% 500,
+                       'description', repeat('Solid, reliable and well reviewed. ', 11)),
+                   md5(t.task_key) || md5(t.url), t.id, '1', 'valid', 1, now(), now()
+            FROM recovery_task t WHERE t.run_id = %s
+            """,
+            [window, run_id],
+        )
+        cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
+
+
+# A small launcher process starts the measured command and reports that command's own rusage:
+# a child forked straight from this (large) process would count our pages in its peak RSS.
+_LAUNCHER = """
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_pid, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"maxrss_kb": usage.ru_maxrss, "cpu_s": usage.ru_utime + usage.ru_stime,
+               "exit": os.waitstatus_to_exitcode(status)}, out)
+"""
+
+
+def measure(argv: list[str], env: dict[str, str], report: Path) -> dict:
+    """Run a process, count its stdout bytes, return seconds, bytes and its own peak RSS."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, str(report), *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+    )
+    size = 0
+    read = proc.stdout.read
+    while True:
+        block = read(1 << 20)
+        if not block:
+            break
+        size += len(block)
+    proc.stdout.close()
+    proc.wait()
+    seconds = time.perf_counter() - started
+    usage = json.loads(report.read_text())
+    if proc.returncode != 0 or usage["exit"] != 0:
+        raise SystemExit(f"{argv[:4]} exited with {usage['exit']}")
+    return {
+        "seconds": seconds,
+        "bytes": size,
+        "peak_rss_mb": usage["maxrss_kb"] / 1024,  # Linux reports kilobytes
+        "cpu_s": usage["cpu_s"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--pg-name", default="bench_export_scratch")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    url = scratch_database(args.pg_name)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("SALVAGE_INSECURE_DEV_KEY", "1")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recovery.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from recovery import counters, specs
+    from recovery.models import Dataset, Run
+
+    print(f"scratch database {args.pg_name}: migrating and generating {sizes}", flush=True)
+    call_command("migrate", verbosity=0)
+    spec = specs.validate(SPEC)
+    dataset = Dataset.objects.create(
+        name=spec["name"], spec=spec, spec_sha256=specs.spec_sha256(spec), provider="noop"
+    )
+    runs: dict[int, int] = {}
+    for n in sizes:
+        t0 = time.perf_counter()
+        run = Run.objects.create(
+            dataset=dataset,
+            window=f"w{n}",
+            acceptance_state="accepted",
+            accepted_at=timezone.now(),
+            accepted_by="bench",
+        )
+        generate(run.pk, dataset.name, run.window, n)
+        counters.rebuild(run.pk)
+        runs[n] = run.pk
+        print(f"  {n:>9,} rows generated in {time.perf_counter() - t0:.1f} s", flush=True)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE recovery_observation")
+        cursor.execute("VACUUM ANALYZE recovery_task")
+    connection.close()
+
+    parts = urlsplit(url)
+    psql_env = dict(os.environ)
+    psql_env.update(
+        PGHOST=parts.hostname or "127.0.0.1",
+        PGPORT=str(parts.port or 5432),
+        PGUSER=parts.username or "postgres",
+        PGDATABASE=args.pg_name,
+    )
+    if parts.password:
+        psql_env["PGPASSWORD"] = parts.password
+    child_env = dict(os.environ, DATABASE_URL=url, SALVAGE_INSECURE_DEV_KEY="1")
+    child_env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    def copy_argv(run_id: int) -> list[str]:
+        sql = (
+            "COPY (SELECT payload FROM recovery_observation WHERE run_id = "
+            f"{run_id} AND validation_state = 'valid') TO STDOUT"
+        )
+        return ["psql", "-X", "-q", "-c", sql]
+
+    def export_argv(run_id: int, fmt: str) -> list[str]:
+        return [sys.executable, "manage.py", "export", str(run_id), "--format", fmt]
+
+    report = Path(tempfile.mkdtemp(prefix="bench-export-")) / "rusage.json"
+    samples: dict[tuple[int, str], list[dict]] = {}
+    for n in sizes:
+        measure(copy_argv(runs[n]), psql_env, report)  # warm the table
+    for rep in range(args.reps):
+        order = sizes if rep % 2 == 0 else list(reversed(sizes))
+        for n in order:
+            copy = measure(copy_argv(runs[n]), psql_env, report)
+            copy_mbs = copy["bytes"] / 1e6 / copy["seconds"]
+            print(
+                f"rep {rep} {n:>9,} rows  COPY   {copy['seconds']:7.2f} s "
+                f"{copy_mbs:7.1f} MB/s  rss {copy['peak_rss_mb']:6.1f} MB",
+                flush=True,
+            )
+            fmts = FORMATS if rep % 2 == 0 else tuple(reversed(FORMATS))
+            for fmt in fmts:
+                got = measure(export_argv(runs[n], fmt), child_env, report)
+                mbs = got["bytes"] / 1e6 / got["seconds"]
+                got.update(mb_per_s=mbs, copy_mb_per_s=copy_mbs, ratio=mbs / copy_mbs)
+                got["copy_seconds"] = copy["seconds"]
+                got["copy_bytes"] = copy["bytes"]
+                samples.setdefault((n, fmt), []).append(got)
+                print(
+                    f"rep {rep} {n:>9,} rows  {fmt:<6} {got['seconds']:7.2f} s "
+                    f"{mbs:7.1f} MB/s  ratio {got['ratio']:.2f}  "
+                    f"rss {got['peak_rss_mb']:6.1f} MB  cpu {got['cpu_s']:.1f} s",
+                    flush=True,
+                )
+
+    results = []
+    for (n, fmt), got in sorted(samples.items()):
+        med = statistics.median
+        results.append(
+            {
+                "rows": n,
+                "format": fmt,
+                "mb_per_s": round(med(g["mb_per_s"] for g in got), 1),
+                "copy_mb_per_s": round(med(g["copy_mb_per_s"] for g in got), 1),
+                "ratio": round(med(g["ratio"] for g in got), 3),
+                "peak_rss_mb": round(max(g["peak_rss_mb"] for g in got), 1),
+                "rows_per_s": round(n / med(g["seconds"] for g in got)),
+                "copy_rows_per_s": round(n / med(g["copy_seconds"] for g in got)),
+                "bytes": got[0]["bytes"],
+                "copy_bytes": got[0]["copy_bytes"],
+                "reps": len(got),
+            }
+        )
+    if not args.keep:
+        drop_database(args.pg_name)
+    print(
+        json.dumps(
+            {
+                "bench": "export",
+                "results": results,
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "loadavg": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
