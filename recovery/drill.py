@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -152,6 +153,7 @@ def run(options: DrillOptions, *, echo: Echo) -> dict[str, Any]:
             vendor = "postgresql" if url.startswith("postgres") else "sqlite"
             echo(f"drill: scratch {vendor} database, work directory {workdir}")
             env = child_environment(url, workdir, options)
+            (workdir / "var" / "staticfiles").mkdir(parents=True, exist_ok=True)
             argv = manage_py(
                 "drill",
                 "--inner",
@@ -189,7 +191,11 @@ def run(options: DrillOptions, *, echo: Echo) -> dict[str, Any]:
 
 
 def report_ok(report: dict[str, Any]) -> bool:
-    return all(report["properties"].get(name, {}).get("ok") is True for name in PROPERTIES)
+    """Every property holds, and every harm was really done (a drill that could not kill or
+    freeze a worker proved nothing about surviving it)."""
+    properties = all(report["properties"].get(name, {}).get("ok") is True for name in PROPERTIES)
+    harms = all(report.get("scenarios", {}).get(name, {}).get("ok") is True for name in SCENARIOS)
+    return properties and harms
 
 
 # --- the inner process: the drill itself ----------------------------------------------------
@@ -207,6 +213,7 @@ class Drill:
     kills: int = 0
     worker_seq: int = 0
     worker_ids: dict[int, str] = field(default_factory=dict)  # pid -> lease owner
+    webhook_secret: str = field(default_factory=lambda: "drill-" + secrets.token_hex(8))
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -220,6 +227,14 @@ class Drill:
     # --- processes ------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
+        if self.base_url:
+            # The remote providers talk to the sandbox's simulators with their own test
+            # credentials (never a real account's).
+            env.update(
+                WEBSCRAPER_API_URL=f"{self.base_url}/webscraper",
+                WEBSCRAPER_API_TOKEN=CLOUD_TOKEN,
+                WEBSCRAPER_WEBHOOK_SECRET=self.webhook_secret,
+            )
         env.update(extra)
         return env
 
@@ -244,6 +259,11 @@ class Drill:
         wait_until(
             lambda: http_ok(f"{self.base_url}/_sandbox/state"), timeout=60, what="the sandbox"
         )
+        from django.conf import settings
+
+        settings.WEBSCRAPER_API_URL = f"{self.base_url}/webscraper"
+        settings.WEBSCRAPER_API_TOKEN = CLOUD_TOKEN
+        settings.WEBSCRAPER_WEBHOOK_SECRET = self.webhook_secret
 
     def start_worker(self, name: str | None = None, batch: int | None = None, **extra_env: str):
         """Start `manage.py work`; each start gets its own lease-owner id (name.N)."""
@@ -997,8 +1017,132 @@ def replacement_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str
     return {"ok": ok, "accepted_run": run_id, "failing_replacement": run2, **checks}
 
 
+CLOUD_DATASET = "drill-cloud"
+CLOUD_TOKEN = "sandbox-webscraper-token"  # the simulator's own account token
+CLOUD_SPEC = """name = "drill-cloud"
+provider = "webscraper"
+scraper_version = "1"
+
+[entity_key]
+from = "url"
+
+[partition]
+rule = "host"
+
+[provider_options]
+sitemap_id = 7
+poll_interval = 0.5
+
+[page_types.product.fields]
+title = { selector = "h1", required = true }
+"""
+
+
 def webhook_scenario(drill: Drill) -> dict[str, Any]:
-    return not_ok("webhook/Continue drill not written yet (needs the webscraper simulator)")
+    """A Web Scraper Cloud job whose final-status webhook arrives twice, then a Continue that
+    adds rows and notifies again: one job, every row imported once, nothing duplicated."""
+    absent = missing_module(
+        "recovery.webhooks", "recovery.providers.webscraper", "recovery.sandbox.webscraper"
+    )
+    if absent:
+        return not_ok(absent)
+    from django.db.models import Count
+    from django.test import Client
+
+    from recovery import manifests, specs
+    from recovery.models import Observation, RemoteJob, RemoteJobItem, WebhookReceipt
+
+    spec_path = drill.workdir / "drill-cloud.toml"
+    spec_path.write_text(CLOUD_SPEC)
+    specs.load_dataset(spec_path)
+    manifest = drill.workdir / "drill-cloud.csv"
+    manifest.write_text(
+        "url,page_type\n" + "".join(f"{drill.base_url}/product/{i},product\n" for i in (1, 2, 3))
+    )
+    run_id = manifests.create_run(CLOUD_DATASET, WINDOW, manifest, actor=ACTOR).run.pk
+    sim = f"{drill.base_url}/webscraper"
+
+    def job():
+        return RemoteJob.objects.filter(run_id=run_id).order_by("pk").first()
+
+    def sim_job() -> dict[str, Any]:
+        current = job()
+        jobs = drill.sandbox_get("/webscraper/_sim/stats")["jobs"]
+        return jobs.get(str(current.provider_job_id), {}) if current else {}
+
+    def observations() -> int:
+        return Observation.objects.filter(run_id=run_id).count()
+
+    timeout = min(drill.options.timeout, 120)
+    wait_until(
+        lambda: (j := job()) is not None and j.state == "completed",
+        timeout=timeout,
+        what="the cloud job completing",
+    )
+    first_rows = sim_job()["rows"]
+    wait_until(lambda: observations() >= first_rows, timeout=timeout, what="the first import")
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    hook = f"/hooks/webscraper/{drill.webhook_secret}"
+    form = {
+        "scrapingjob_id": job().provider_job_id,
+        "status": "finished",
+        "sitemap_id": "7",
+        "sitemap_name": "drill",
+        "custom_id": str(run_id),
+    }
+    # The same notification, twice (the service resends when unsure it was received).
+    answers = [client.post(hook, form).status_code, client.post(hook, form).status_code]
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: job().state == "completed", timeout=timeout, what="re-sync")
+    after_duplicates = observations()
+
+    # Continue: the job runs again, adds rows, and notifies once more.
+    request = urllib.request.Request(
+        f"{sim}/_sim/continue/{job().provider_job_id}",
+        data=json.dumps({"rows": 3}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    wait_until(
+        lambda: sim_job().get("status") == "finished" and sim_job()["rows"] == first_rows + 3,
+        timeout=timeout,
+        what="the Continue finishing",
+    )
+    answers.append(client.post(hook, form).status_code)
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: observations() >= first_rows + 3, timeout=timeout, what="the Continue import"
+        )
+    stats = drill.sandbox_get("/webscraper/_sim/stats")
+    duplicates = sum(
+        row["n"] - 1
+        for row in Observation.objects.filter(run_id=run_id)
+        .values("entity_key")
+        .annotate(n=Count("pk"))
+        .filter(n__gt=1)
+    )
+    figures = {
+        "jobs_created_at_provider": stats["created"],
+        "remote_jobs": RemoteJob.objects.filter(run_id=run_id).count(),
+        "webhook_answers": answers,
+        "webhook_receipts": WebhookReceipt.objects.filter(job__run_id=run_id).count(),
+        "rows_at_provider": sim_job()["rows"],
+        "items_imported": RemoteJobItem.objects.filter(job__run_id=run_id).count(),
+        "observations_after_duplicate_webhook": after_duplicates,
+        "observations": observations(),
+        "duplicate_observations": duplicates,
+    }
+    figures["ok"] = (
+        figures["jobs_created_at_provider"] == 1
+        and figures["remote_jobs"] == 1
+        and answers == [200, 200, 200]
+        and after_duplicates == first_rows
+        and figures["observations"] == first_rows + 3
+        and duplicates == 0
+    )
+    return figures
 
 
 def options_from(values: dict[str, Any]) -> DrillOptions:
