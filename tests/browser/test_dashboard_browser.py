@@ -149,6 +149,10 @@ def test_an_admin_creates_a_recovery_batch_and_watches_it_finish(
         page.goto(f"{live_server.url}/runs/{world.run.pk}/")
         expect(page.locator("svg.chart rect").first).to_be_attached()
         screenshot(page, "run-detail-after-batch")
+        # The worker is still running: its heartbeat is on the workers page.
+        page.goto(f"{live_server.url}/workers/")
+        expect(page.locator("#workers-live")).to_contain_text("browser-w1", timeout=30_000)
+        screenshot(page, "workers")
     finally:
         for proc in procs.children:
             procs.stop(proc)
