@@ -178,7 +178,12 @@ def destination_for(label: str = "") -> Destination:
 
 def enqueue(run: Run | None, kind: str, payload: dict[str, Any]) -> OutboxEvent:
     """Write an event in the caller's transaction; a wake-up follows the COMMIT."""
-    label = destination_for().label
+    try:
+        label = destination_for().label
+    except DeliveryError:
+        # A misconfigured destination must not block the acceptance: the event is kept and
+        # its delivery fails with the reason until the setting is fixed.
+        label = _setting("SALVAGE_DESTINATION", "")
     event = OutboxEvent.objects.create(run=run, event_type=kind, payload=payload, destination=label)
     transaction.on_commit(lambda: wake(event.pk))
     return event

@@ -89,3 +89,36 @@ def test_it_auto_accepts_when_the_dataset_says_so():
 def test_it_refuses_unknown_runs():
     with pytest.raises(acceptance.AcceptanceError, match="does not exist"):
         acceptance.accept_run(999999, "admin")
+
+
+def test_the_commands_exit_2_on_refusals():
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    run = make_collected_run({"a": "bad"}, per_partition=3)
+    acceptance.advance_runs()
+    for argv in (
+        ["accept", str(run.pk)],
+        ["publish", str(run.pk)],
+        ["reject", str(run.pk), "--reason", " "],
+        ["rerun", str(run.pk), "--reason", "x"],
+        ["rerun", str(run.pk), "--partition", "nope", "--reason", "x"],
+        ["accept", "no-such@run"],
+    ):
+        with pytest.raises(CommandError) as err:
+            call_command(*argv)
+        assert err.value.returncode == 2, argv
+    assert Run.objects.get(pk=run.pk).acceptance_state == RunState.CANDIDATE
+
+
+def test_a_misconfigured_destination_does_not_block_acceptance(settings):
+    from recovery import outbox
+
+    settings.SALVAGE_DESTINATION = "ftp://nowhere"
+    settings.SALVAGE_OUTBOX_WAKE = False
+    run = make_collected_run({"a": "good"}, per_partition=2)
+    acceptance.advance_runs()
+    acceptance.accept_run(run.pk, "admin")
+    outbox.deliver_due()
+    event = OutboxEvent.objects.get(run=run)
+    assert event.state == "failed" and "ftp://nowhere" in event.last_error
