@@ -77,3 +77,34 @@ def test_a_mixed_run_of_1000_pages_ends_terminal_with_the_expected_observations(
         Attempt.objects.filter(run=run, outcome="committed").values_list("task_id", flat=True)
     )
     assert len(committed) == states["committed"] and set(committed.values()) == {1}
+
+
+def test_the_direct_provider_runs_inside_the_django_q2_cluster(
+    make_sandbox,  # noqa: F811
+    procs,
+    tmp_path,
+):
+    from django_q.models import OrmQ
+
+    from tests.worker.engine_procs import wait_for
+
+    shop = make_sandbox(pages=300, faults="mixed", seed=3, retry_after_seconds=1)
+    summary = shop.summary()
+    load_shop("qmixed")
+    run = create_run("qmixed", [(shop.product_url(i), "product") for i in range(1, 301)], tmp_path)
+    cluster = procs.manage("qcluster", "qcluster", SALVAGE_Q_WORKERS="2", **FAST_RETRY)
+    dispatcher = procs.manage("dispatch", "dispatch", "--tick", "0.2", "--batch", "50")
+    wait_for(
+        lambda: all_terminal(run.pk),
+        timeout=300,
+        what=f"every task terminal\n{log_text(cluster)[-3000:]}",
+    )
+    wait_for(lambda: not OrmQ.objects.exists(), timeout=120, what="the queue to drain")
+    assert procs.stop(dispatcher) == 0
+    procs.stop(cluster)
+    states = Counter(Task.objects.filter(run=run).values_list("state", flat=True))
+    assert dict(states) == summary["final_states"]
+    assert Observation.objects.filter(run=run).count() == summary["observations"]
+    # The fetches ran in the cluster's worker processes (the only workers started here).
+    workers = set(Attempt.objects.filter(run=run).values_list("worker", flat=True))
+    assert workers and all(workers)
