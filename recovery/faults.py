@@ -7,6 +7,8 @@ tests of seed 002's table set it on real worker processes:
 - after_fetch: the provider returned, nothing committed yet
 - in_commit: inside the commit transaction, before COMMIT
 - after_commit: COMMIT done, before the function returns (django-q2 acknowledges on return)
+- after_submit_before_save (recovery.remote): a provider accepted a remote job, its id is not
+  saved yet; after_poll_before_commit: a status answer is in hand, nothing recorded yet
 
 SALVAGE_FAULT_ONCE=/path makes the kill happen in only one process (the first to create that
 file), so a respawned django-q2 worker or a second `work` process carries on normally.

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import time
 from collections import defaultdict
@@ -43,9 +42,9 @@ from django.db import transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from recovery import counters, keys, logs
+from recovery import counters, keys, leases, logs
 from recovery.failures import Action, backoff, parse_retry_after, rule_for
-from recovery.providers.base import ErrorClass
+from recovery.providers.base import ErrorClass, Observed, Outcome
 from recovery.states.base import check_move
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
@@ -74,6 +73,14 @@ ITEM_POLICY: dict[str, ErrorClass | None] = {
     "extraction_failed": ErrorClass.SELECTOR,
     "empty": ErrorClass.EMPTY_SHELL,
 }
+
+
+# Item statuses that send their task back for another try (the retry table's RETRY rows).
+RETRIABLE_ITEM_STATUSES = [
+    status
+    for status, cls in ITEM_POLICY.items()
+    if cls is not None and rule_for(cls).action == Action.RETRY
+]
 
 
 # --- the provider side -------------------------------------------------------------------------
@@ -312,13 +319,12 @@ def poll_failure_budget() -> int:
 
 
 def _fault(name: str) -> None:
-    """A crash point for the tests (recovery.faults.point when it knows the name)."""
+    """A crash point for the tests (recovery.faults: inert unless SALVAGE_FAULT_POINT names it):
+    after_submit_before_save (the provider accepted the job, its id is not saved yet) and
+    after_poll_before_commit (a status answer is in hand, nothing recorded)."""
     from recovery import faults
 
-    if name in getattr(faults, "POINTS", ()):
-        faults.point(name)
-    elif os.environ.get("SALVAGE_FAULT_POINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    faults.point(name)
 
 
 def _guarded(job_pk: int, source: str, target: str, fence: dict | None = None, **fields) -> bool:
@@ -373,43 +379,26 @@ def _move_job_tasks(
     return [(r[0], r[2]) for r in rows]
 
 
-def _retry_delay(attempt_count: int, retry_after: float | None) -> float:
-    if retry_after is not None:
-        return retry_after
-    return backoff(attempt_count, settings.SALVAGE_BACKOFF_BASE, settings.SALVAGE_BACKOFF_CAP)
+def _settle_tasks(job, error_class: ErrorClass, detail: str, retry_after=None) -> None:
+    """Release the tasks a job still holds after a job-level failure, through the engine's
+    fenced commit: the retry table and the budgets decide (retry_wait, quarantine, dead)."""
+    from recovery.models import Run, Task
 
-
-def _settle_tasks(job, task_ids: list[int], error_class: ErrorClass, retry_after=None) -> None:
-    """Release a job's tasks after a failure the retry table decides (no result items)."""
-    from recovery.models import Task
-
-    action = rule_for(error_class).action
-    max_attempts = job.run.dataset.max_attempts
-    if action == Action.RETRY:
-        tasks = Task.objects.filter(pk__in=task_ids, lease_owner=owner_of(job.pk))
-        spent = [t.pk for t in tasks if t.attempt_count >= max_attempts]
-        fresh = [t.pk for t in tasks if t.attempt_count < max_attempts]
-        if spent:
-            _move_job_tasks(
-                job.pk, spent, TaskState.DEAD, last_error_class=ErrorClass.BUDGET_EXHAUSTED
-            )
-        if fresh:
-            delay = _retry_delay(min(t.attempt_count for t in tasks), retry_after)
-            when = timezone.now() + timedelta(seconds=delay)
-            _move_job_tasks(
-                job.pk,
-                fresh,
-                TaskState.RETRY_WAIT,
-                next_attempt_at=when,
-                last_error_class=str(error_class),
-            )
+    run = Run.objects.select_related("dataset").get(pk=job.run_id)
+    held = list(
+        Task.objects.filter(state=TaskState.LEASED, lease_owner=owner_of(job.pk)).order_by("pk")
+    )
+    if not held:
         return
-    target = {
-        Action.QUARANTINE: TaskState.QUARANTINED,
-        Action.GONE: TaskState.GONE,
-        Action.DEAD: TaskState.DEAD,
-    }.get(action, TaskState.QUARANTINED)
-    _move_job_tasks(job.pk, task_ids, target, last_error_class=str(error_class))
+    outcome = Outcome(
+        error_class=error_class,
+        error_detail=detail[:2000],
+        retry_after=retry_after,
+        artefact={"reason": f"{job.provider} remote job {job.pk}: {detail}"[:1000]},
+    )
+    leases.commit_outcomes(
+        owner_of(job.pk), [_claimed_for(t, run, job) for t in held], [outcome] * len(held)
+    )
 
 
 # --- opening jobs -------------------------------------------------------------------------------
@@ -447,6 +436,15 @@ def _create_job(run, provider, task_rows: list, *, worker: str, replaces=None, l
         lease_until=now + timedelta(seconds=lease_seconds()) if lease else None,
         lease_token=1 if lease else 0,
     )
+    # The earlier items that sent these tasks back for another try now point at this job.
+    from recovery.models import RemoteJobItem
+
+    RemoteJobItem.objects.filter(
+        job__run=run,
+        task_id__in=[t.pk for t in task_rows],
+        status__in=RETRIABLE_ITEM_STATUSES,
+        retried_in__isnull=True,
+    ).exclude(job=job).update(retried_in=job)
     return job
 
 
@@ -729,9 +727,7 @@ def _record_send(job, provider, result) -> None:
             error_class=str(result.error_class),
             error_detail=result.detail,
         )
-        _settle_tasks(
-            job, [t.task_id for t in _tasks_of(job)], result.error_class, result.retry_after
-        )
+        _settle_tasks(job, result.error_class, result.detail, result.retry_after)
     log.warning("remote job %s: create refused (%s): %s", job.pk, result.error_class, result)
 
 
@@ -835,12 +831,12 @@ def record_poll(job, token: int, status: JobStatus, provider) -> bool:
             ):
                 return False
             _finish_job_attempt(job, outcome, detail)
-            ids = [t.task_id for t in _tasks_of(job)]
             if outcome == Poll.FAILURE:
                 # The provider says the job failed: a new attempt may be worth it (retry table).
-                _settle_tasks(job, ids, ErrorClass.SERVER)
+                _settle_tasks(job, ErrorClass.SERVER, detail or "the provider reported FAILURE")
             else:
-                _move_job_tasks(job.pk, ids, TaskState.DEAD, last_error_class="remote_revoked")
+                # Someone cancelled the job at the provider: a human decision, not a fault.
+                _move_job_tasks(job.pk, None, TaskState.DEAD, last_error_class="remote_revoked")
             return True
         if outcome == Poll.NOT_FOUND:
             moved = _guarded(
@@ -987,7 +983,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
     """Commit a SUCCESS job: items by (job, item_index), observations by key, task outcomes,
     retry job for retriable items, job -> completed, all in one transaction fenced by the
     job's lease token. Safe to repeat (a re-sync after Continue adds only the new items)."""
-    from recovery.models import Attempt, RemoteJob, RemoteJobItem, Run, Task
+    from recovery.models import Observation, RemoteJob, RemoteJobItem, Run, Task
 
     now = timezone.now()
     with transaction.atomic():
@@ -1038,69 +1034,51 @@ def import_results(job, token: int, status: JobStatus) -> bool:
             for pk in held - reported:
                 bad[pk].append(ErrorClass.NETWORK)  # submitted, but the job said nothing of it
 
-        outcomes: dict[int, tuple[str, ErrorClass | None]] = {}
-        for pk in held:
-            if good.get(pk) or (job.kind != "batch" and not bad.get(pk)):
-                outcomes[pk] = (TaskState.COMMITTED, None)
-                continue
-            classes = bad.get(pk) or [ErrorClass.NETWORK]
-            retriable = [c for c in classes if rule_for(c).action == Action.RETRY]
-            if len(retriable) == len(classes):
-                if task_rows[pk].attempt_count >= run.dataset.max_attempts:
-                    outcomes[pk] = (TaskState.DEAD, ErrorClass.BUDGET_EXHAUSTED)
-                else:
-                    outcomes[pk] = ("retry", classes[0])
-            else:
-                worst = next(c for c in classes if c not in retriable)
-                outcomes[pk] = (
-                    TaskState.GONE
-                    if rule_for(worst).action == Action.GONE
-                    else TaskState.QUARANTINED,
-                    worst,
+        # Pass 2: one Outcome per task this job still holds, committed through the engine's
+        # fenced commit (owner "remote:<pk>" + each task's own lease token): observations
+        # upserted by key, an attempt per task, counters, retry budgets and corrections of a
+        # published run, exactly as for a directly fetched page. A retriable item sends its
+        # task to retry_wait; the next submission takes it into a *new* job with a new
+        # attempt (RemoteJobItem.retried_in), never this whole job again.
+        entity_of: dict[int, str] = {}
+        observed: dict[int, list[Observed]] = defaultdict(list)
+        for item, task_pk, cls in new_items:
+            if cls is None and task_pk is not None:
+                task_url = task_rows[task_pk].url if task_pk in task_rows else ""
+                entity_of[item.index] = _entity_key(spec, item, task_url)
+                observed[task_pk].append(
+                    Observed(entity_of[item.index], sanitise(item.payload) if item.payload else {})
                 )
+        claimed, outcomes = [], []
+        for pk in sorted(held):
+            claimed.append(_claimed_for(task_rows[pk], run, job))
+            outcomes.append(_outcome_for(job, good.get(pk, 0), bad.get(pk, []), observed[pk]))
+        summary = leases.commit_outcomes(owner_of(job.pk), claimed, outcomes)
 
-        # One attempt per held task records what this job did for it (guarantee 3).
-        attempt_of: dict[int, Any] = {}
-        outcome_names = {
-            TaskState.COMMITTED: Attempt.Outcome.COMMITTED,
-            TaskState.QUARANTINED: Attempt.Outcome.QUARANTINED,
-            TaskState.GONE: Attempt.Outcome.GONE,
-            TaskState.DEAD: Attempt.Outcome.DEAD,
-            "retry": Attempt.Outcome.RETRY,
+        # Items, insert-if-missing by (job, item_index), pointing at their observations.
+        # A re-synchronisation (Continue) brings rows for tasks this job no longer holds:
+        # their observations are upserted by key here (the tasks are already terminal).
+        obs_by_key = {}
+        wanted = {
+            keys.observation_key(run.dataset.name, key, run.window): index
+            for index, key in entity_of.items()
         }
-        for pk, (target, cls) in outcomes.items():
-            attempt_of[pk] = Attempt(
-                task_id=pk,
-                run=run,
-                worker=owner_of(job.pk),
-                lease_token=task_rows[pk].lease_token,
-                scraper_version=run.scraper_version,
-                started_at=job.submitted_at or job.created_at,
-                finished_at=now,
-                outcome=outcome_names[target],
-                error_class=str(cls) if cls else "",
-                artefact={
-                    "remote_job": job.pk,
-                    "provider": job.provider,
-                    "provider_job_id": job.provider_job_id,
-                },
-            )
-        Attempt.objects.bulk_create(list(attempt_of.values()))
-
-        # Pass 2: observations and items (insert-if-missing by (job, item_index)).
+        if wanted:
+            obs_by_key = {
+                wanted[o.observation_key]: o
+                for o in Observation.objects.filter(observation_key__in=list(wanted))
+            }
         item_rows = []
         for item, task_pk, cls in new_items:
-            obs = None
-            if cls is None and task_pk is not None:
-                partition = task_rows[task_pk].partition if task_pk in task_rows else ""
-                attempt = attempt_of.get(task_pk)
+            obs = obs_by_key.get(item.index)
+            if cls is None and task_pk is not None and task_pk not in held:
                 obs = upsert_observation(
                     run,
                     task_pk,
-                    partition,
-                    _entity_key(spec, item, task_rows[task_pk].url if task_pk in task_rows else ""),
+                    task_rows[task_pk].partition if task_pk in task_rows else "",
+                    entity_of[item.index],
                     sanitise(item.payload) if item.payload else {},
-                    attempt.pk if attempt is not None else job.attempt_id,
+                    job.attempt_id,
                 )
             item_rows.append(
                 RemoteJobItem(
@@ -1113,26 +1091,6 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                 )
             )
         RemoteJobItem.objects.bulk_create(item_rows, ignore_conflicts=True)
-
-        # Task moves, under the job's own lease on them.
-        retry_ids = [pk for pk, (target, _c) in outcomes.items() if target == "retry"]
-        for target in (TaskState.COMMITTED, TaskState.QUARANTINED, TaskState.GONE, TaskState.DEAD):
-            for cls in {c for t, c in outcomes.values() if t == target}:
-                ids = [pk for pk, (t, c) in outcomes.items() if t == target and c == cls]
-                _move_job_tasks(job.pk, ids, target, last_error_class=str(cls) if cls else "")
-        retry_job = None
-        if retry_ids:
-            # Only the retriable items go again, in a new job with a new attempt; a sender
-            # picks it up (lease_token 0 = never sent). The whole job is never resubmitted.
-            provider = provider_for(run.dataset)
-            rows = [task_rows[pk] for pk in retry_ids]
-            retry_job = _create_job(run, provider, rows, worker=owner_of(job.pk), lease=False)
-            _take_tasks(
-                retry_job, retry_ids, from_owner=owner_of(job.pk), from_states=[TaskState.LEASED]
-            )
-            RemoteJobItem.objects.filter(
-                job=job, task_id__in=retry_ids, retried_in__isnull=True
-            ).exclude(status__in=["success", "ok"]).update(retried_in=retry_job)
 
         stopped = (status.stopped_reason or "")[:64]
         fields = {
@@ -1180,12 +1138,60 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                     },
                 )
     log.info(
-        "remote job %s: imported %d new items%s",
+        "remote job %s: imported %d new items; tasks %s",
         job.pk,
         len(new_items),
-        f", {len(retry_ids)} tasks into retry job {retry_job.pk}" if retry_job else "",
+        summary.states or "unchanged",
     )
     return True
+
+
+def _claimed_for(task, run, job):
+    """The engine's view of a task this job holds (its fence: owner "remote:<pk>" + token)."""
+    from recovery.leases import Claimed
+
+    dataset = run.dataset
+    return Claimed(
+        task_id=task.pk,
+        task_key=task.task_key,
+        run_id=run.pk,
+        url=task.url,
+        page_type=task.page_type,
+        partition=task.partition,
+        depth=task.depth,
+        navigation=dict(task.navigation or {}),
+        attempt_count=task.attempt_count,
+        lease_token=task.lease_token,
+        previous_state=TaskState.LEASED,
+        previous_owner="",
+        first_attempt_at=task.first_attempt_at,
+        recovery_batch_id=task.recovery_batch_id,
+        dataset_id=dataset.pk,
+        dataset=dataset.name,
+        provider=dataset.provider,
+        window=run.window,
+        scraper_version=run.scraper_version,
+        lease_seconds=dataset.lease_seconds or settings.SALVAGE_LEASE_SECONDS,
+        max_attempts=dataset.max_attempts,
+        max_elapsed_seconds=dataset.max_elapsed_seconds,
+        started_at=job.submitted_at or job.created_at,
+    )
+
+
+def _outcome_for(job, good: int, bad: list[ErrorClass], observed: list[Observed]) -> Outcome:
+    """A task's result in this job: success if any item succeeded (or, for crawl/search/cloud
+    jobs, if none failed); otherwise its items' worst class (a non-retriable one wins)."""
+    where = {"reason": f"{job.provider} {job.kind} job {job.provider_job_id} (remote job {job.pk})"}
+    if good or (job.kind != "batch" and not bad):
+        return Outcome(http_status=200, observations=observed)
+    classes = bad or [ErrorClass.NETWORK]
+    final = [c for c in classes if rule_for(c).action != Action.RETRY]
+    error_class = final[0] if final else classes[0]
+    return Outcome(
+        error_class=error_class,
+        error_detail=f"item status {error_class} in {where['reason']}",
+        artefact=where,
+    )
 
 
 # --- media handoff -------------------------------------------------------------------------------

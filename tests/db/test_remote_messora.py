@@ -47,7 +47,9 @@ def drive(worker: str = "w1", rounds: int = 20) -> None:
     """Run the remote steps until no live job is left (bounded)."""
     for _ in range(rounds):
         remote.step(worker)
-        if not RemoteJob.objects.filter(state__in=["created", "submitted", "pending"]).exists():
+        live = RemoteJob.objects.filter(state__in=["created", "submitted", "pending"]).exists()
+        waiting = Task.objects.filter(state__in=["pending", "retry_wait"]).exists()
+        if not live and not waiting:
             return
     raise AssertionError("jobs still live after the bounded number of rounds")
 

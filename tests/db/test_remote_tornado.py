@@ -42,7 +42,9 @@ def make_media_run(n: int = 2, **options):
 def drive(rounds: int = 20) -> None:
     for _ in range(rounds):
         remote.step("w1")
-        if not RemoteJob.objects.filter(state__in=["created", "submitted", "pending"]).exists():
+        live = RemoteJob.objects.filter(state__in=["created", "submitted", "pending"]).exists()
+        waiting = Task.objects.filter(state__in=["pending", "retry_wait"]).exists()
+        if not live and not waiting:
             return
     raise AssertionError("jobs still live")
 

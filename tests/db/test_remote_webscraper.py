@@ -27,6 +27,7 @@ def cloud(settings):
     settings.WEBSCRAPER_API_URL = served.base_url
     settings.WEBSCRAPER_API_TOKEN = TOKEN
     settings.WEBSCRAPER_WEBHOOK_SECRET = SECRET
+    settings.SALVAGE_BACKOFF_BASE = 0.0  # a retriable item is resubmitted at once
     yield served, state
     served.stop()
 
@@ -51,6 +52,12 @@ def sync_until(predicate, what: str, timeout: float = 20.0):
 
 def job_done() -> bool:
     return not RemoteJob.objects.filter(state__in=["created", "submitted", "pending"]).exists()
+
+
+def all_done() -> bool:
+    """No live job, and no task waiting for another submission (retries included)."""
+    remote.submit_step("w1")
+    return job_done() and not Task.objects.filter(state__in=["pending", "retry_wait"]).exists()
 
 
 def test_it_launches_one_cloud_job_per_run_and_imports_its_rows(cloud):
@@ -166,8 +173,7 @@ def test_partial_success_relaunches_only_the_failed_start_urls(cloud):
     served, state = cloud
     state.faults["partial"] = 1  # start URL #1 failed, #2 came back empty
     run, tasks = make_cloud_run(4)
-    sync_until(lambda: remote.submit_step("w1") or job_done(), "all jobs to finish")
-    sync_until(job_done, "all jobs to finish")
+    sync_until(all_done, "all jobs and retries to finish")
     first, second = RemoteJob.objects.order_by("pk")
     assert [t["id"] for t in second.input_ref["tasks"]] == [tasks[1].pk]
     assert stats(served)["jobs"][second.provider_job_id]["start_urls"] == [tasks[1].url]
@@ -200,8 +206,7 @@ def test_the_api_token_never_reaches_the_database_or_the_logs(cloud, caplog, cli
     remote.submit_step("w1")
     assert RemoteJob.objects.get().state == "unknown"
     make_cloud_run(3)
-    sync_until(lambda: remote.submit_step("w1") or job_done(), "jobs to finish")
-    sync_until(job_done, "jobs to finish")
+    sync_until(all_done, "jobs and retries to finish")
     job = RemoteJob.objects.filter(state="completed").first()
     client.post(f"/hooks/webscraper/{SECRET}", {"scrapingjob_id": job.provider_job_id})
     assert scan_database_for([TOKEN, SECRET]) == []
