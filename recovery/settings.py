@@ -211,6 +211,8 @@ LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
+# Dashboard sessions last a working day, not Django's default two weeks.
+SESSION_COOKIE_AGE = env_int("SALVAGE_SESSION_SECONDS", 8 * 3600, minimum=60)
 # The demo serves plain http on loopback, where Secure cookies would never come back.
 if not env_bool("SALVAGE_SECURE_COOKIES", True):
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = False
