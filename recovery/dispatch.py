@@ -174,3 +174,7 @@ def run_dispatcher(
 # Acceptance and outbox: importing recovery.acceptance_steps registers a tick hook that advances
 # runs (candidate, auto-accept, batch completion) and wakes outbox delivery for due events.
 from recovery import acceptance_steps as _acceptance_steps  # noqa: E402, F401
+
+# Remote jobs: importing recovery.remote registers a tick hook that wakes a cluster worker to
+# send, reap and poll due remote jobs (recovery.remote_tasks.poll_remote_jobs).
+from recovery import remote as _remote  # noqa: E402, F401

@@ -1331,11 +1331,41 @@ def worker_step(worker_id: str) -> bool:
     return bool(reaped or unsent or polled or handed)
 
 
+def has_due_work() -> bool:
+    """Is a remote job due: to send, to reap (its sender's lease ran out) or to poll?"""
+    from recovery.models import RemoteJob
+
+    now = timezone.now()
+    free = Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+    return RemoteJob.objects.filter(
+        (Q(state__in=list(POLLABLE), next_poll_at__lte=now) & free)
+        | Q(state=RemoteJobState.CREATED, lease_token=0)
+        | Q(state=RemoteJobState.CREATED, lease_token__gt=0, lease_until__lt=now)
+    ).exists()
+
+
+_last_wake = {"at": 0.0}
+
+
+def dispatch_hook() -> int:
+    """Dispatcher tick hook (django-q2 mode): wake a cluster worker for due remote work, at
+    most once a second (a duplicate wake-up is a no-op: the job leases decide)."""
+    now = time.monotonic()
+    if now - _last_wake["at"] < 1.0 or not has_due_work():
+        return 0
+    _last_wake["at"] = now
+    from django_q.tasks import async_task
+
+    async_task("recovery.remote_tasks.poll_remote_jobs", q_options={"group": "remote"})
+    return 1
+
+
 def _register_with_worker() -> None:
-    from recovery import worker
+    from recovery import dispatch, worker
 
     worker.register_step(worker_step)
     worker.register_idle_check(_has_live_jobs)
+    dispatch.register_tick_hook(dispatch_hook)
 
 
 def run_loop(worker_id: str, *, until_idle: bool = False, idle_sleep: float = 0.2) -> None:

@@ -387,3 +387,21 @@ def test_the_api_key_never_reaches_the_database_or_the_logs(messora, caplog):
     assert scan_database_for([MESSORA_KEY]) == []
     assert not [r for r in caplog.records if MESSORA_KEY in r.getMessage()]
     assert caplog.records  # the scan read real log lines
+
+
+def test_the_dispatcher_wakes_a_cluster_worker_for_due_remote_jobs(messora):
+    from django_q.models import OrmQ
+
+    from recovery import dispatch, remote_tasks
+
+    make_messora_run(2)
+    remote.submit_step("w1")  # submitted; its first poll is due now
+    assert remote.has_due_work()
+    remote._last_wake["at"] = 0.0
+    dispatch.tick()
+    funcs = [q.task["func"] for q in OrmQ.objects.all()]
+    assert "recovery.remote_tasks.poll_remote_jobs" in funcs
+    for _ in range(5):
+        remote_tasks.poll_remote_jobs()
+    assert RemoteJob.objects.get().state == "completed"
+    assert not remote.has_due_work()
