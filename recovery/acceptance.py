@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from recovery import audit, counters, faults, outbox, validation
-from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run
+from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run, Task
 from recovery.states import run as run_states
 from recovery.states.run import RunState
 from recovery.states.task import TERMINAL
@@ -70,20 +70,22 @@ def make_candidate(run_id: int) -> bool:
         run = _locked_run(run_id)
         if run.acceptance_state != RunState.COLLECTING or not all_tasks_terminal(run_id):
             return False
-        # After a recovery batch only the repaired partitions were re-marked (at batch
-        # completion); the first evaluation marks every partition.
-        had_batch = RecoveryBatch.objects.filter(run_id=run_id).exists()
         run_states.move(run_id, RunState.COLLECTING, RunState.CANDIDATE, state_reason="")
-        result = validation.evaluate(run_id, mark=set() if had_batch else None)
-        audit.record(
-            SYSTEM,
-            "run_candidate",
-            run,
-            "all tasks terminal",
-            passed=result.passed,
-            failures=result.failures,
-            quarantined=result.quarantined,
-        )
+    # Evaluated after the move, outside its transaction (a long read must not hold the write
+    # lock). After a recovery batch only the repaired partitions were re-marked (at batch
+    # completion); the first evaluation marks every partition. accept_run evaluates again, so a
+    # crash in between leaves nothing unjudged.
+    had_batch = RecoveryBatch.objects.filter(run_id=run_id).exists()
+    result = validation.evaluate(run_id, mark=set() if had_batch else None)
+    audit.record(
+        SYSTEM,
+        "run_candidate",
+        run,
+        "all tasks terminal",
+        passed=result.passed,
+        failures=result.failures,
+        quarantined=result.quarantined,
+    )
     return True
 
 
@@ -97,6 +99,21 @@ def promote_if_ready(run_id: int) -> bool:
     except AcceptanceError:
         return False  # rules fail: stays candidate for an admin to reject or repair
     return True
+
+
+def ready_to_advance() -> bool:
+    """True when advance_runs() has something to do (cheap: counters and indexed lookups)."""
+    for batch_id in RecoveryBatch.objects.filter(state=RecoveryBatch.State.RUNNING).values_list(
+        "pk", flat=True
+    ):
+        if not Task.objects.filter(recovery_batch_id=batch_id).exclude(state__in=TERMINAL).exists():
+            return True
+    return any(
+        all_tasks_terminal(run_id)
+        for run_id in Run.objects.filter(acceptance_state=RunState.COLLECTING).values_list(
+            "pk", flat=True
+        )
+    )
 
 
 def advance_runs() -> int:
@@ -119,27 +136,35 @@ def advance_runs() -> int:
 
 def evaluate_run(run_id: int, actor: str) -> validation.Evaluation:
     """Re-evaluate a run's rules on demand (the dashboard's "revalidate")."""
-    with transaction.atomic():
-        run = _locked_run(run_id)
-        if run.acceptance_state == RunState.COLLECTING:
-            raise AcceptanceError(f"run {run_id} is still collecting")
-        result = validation.evaluate(run_id)
-        audit.record(actor, "evaluate_run", run, "", passed=result.passed, failures=result.failures)
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise AcceptanceError(f"run {run_id} does not exist")
+    if run.acceptance_state == RunState.COLLECTING:
+        raise AcceptanceError(f"run {run_id} is still collecting")
+    result = validation.evaluate(run_id)
+    audit.record(actor, "evaluate_run", run, "", passed=result.passed, failures=result.failures)
     return result
 
 
 def accept_run(run_id: int, actor: str) -> Run:
     """candidate -> accepted, only when the rules pass; writes the `accepted` outbox event."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise AcceptanceError(f"run {run_id} does not exist")
+    if run.acceptance_state == RunState.CANDIDATE:
+        # Judge the data as it is now (a candidate's tasks are all terminal, so it cannot
+        # change until a recovery batch moves the run away from candidate, which the guarded
+        # move below would notice).
+        validation.evaluate(run_id, mark=set())
     with transaction.atomic():
         run = _locked_run(run_id)
         if run.acceptance_state != RunState.CANDIDATE:
             raise AcceptanceError(
                 f"run {run_id} is {run.acceptance_state}; only a candidate can be accepted"
             )
-        # Judge the data as it is now, in the same transaction as the move.
-        result = validation.evaluate(run_id, mark=set())
-        if not result.passed:
-            raise AcceptanceError(f"run {run_id} fails its rules: " + "; ".join(result.failures))
+        failures = validation.stored_failures(run_id)
+        if failures:
+            raise AcceptanceError(f"run {run_id} fails its rules: " + "; ".join(failures))
         if not run_states.move(
             run_id, RunState.CANDIDATE, RunState.ACCEPTED, accepted_by=actor, state_reason=""
         ):

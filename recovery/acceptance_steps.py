@@ -6,9 +6,12 @@ it registers:
   candidates, auto-accept) at most once per SALVAGE_ADVANCE_SECONDS while tasks are flowing;
 - a worker idle check that runs it once more before `work --until-idle` stops, so the run is a
   candidate (or accepted) when the command returns;
-- a dispatcher tick hook that advances runs and, when outbox events are due and no sweep was
-  sent recently, enqueues `recovery.outbox_tasks.deliver_due` (a crash between an acceptance's
-  COMMIT and its wake-up is healed here: the event waits in the table, never lost).
+- a dispatcher tick hook that, when a run or batch is ready to move, enqueues
+  `recovery.acceptance_tasks.advance_runs`, and when outbox events are due enqueues
+  `recovery.acceptance_tasks.deliver_due` (each at most once per SALVAGE_OUTBOX_SWEEP_SECONDS).
+  The tick only looks (cheap counter reads) and enqueues: the evaluation itself never runs
+  inside the tick's transaction. A crash between an acceptance's COMMIT and its wake-up is
+  healed here: the event waits in the table, never lost.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from recovery import acceptance, outbox
 
 log = logging.getLogger(__name__)
 
-_last = {"advance": 0.0, "sweep": 0.0}
+_last = {"advance": 0.0, "advance_wake": 0.0, "sweep": 0.0}
 
 
 def _interval(name: str, default: float) -> float:
@@ -44,17 +47,26 @@ def advance_before_idle() -> bool:
     return acceptance.advance_runs() > 0
 
 
+def _enqueue(func: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task(func, q_options={"group": "acceptance"})
+
+
 def dispatch_hook() -> int:
-    """Dispatcher tick hook: advance runs; wake a delivery sweep when events are due."""
-    acceptance.advance_runs()
+    """Dispatcher tick hook: wake `advance_runs` and `deliver_due` when there is work."""
+    sent = 0
     now = time.monotonic()
-    if now - _last["sweep"] < _interval("SALVAGE_OUTBOX_SWEEP_SECONDS", 5.0):
-        return 0
-    if not outbox.has_due():
-        return 0
-    _last["sweep"] = now
-    outbox.wake()
-    return 1
+    every = _interval("SALVAGE_OUTBOX_SWEEP_SECONDS", 5.0)
+    if now - _last["advance_wake"] >= every and acceptance.ready_to_advance():
+        _last["advance_wake"] = now
+        _enqueue("recovery.acceptance_tasks.advance_runs")
+        sent += 1
+    if now - _last["sweep"] >= every and outbox.has_due():
+        _last["sweep"] = now
+        _enqueue("recovery.acceptance_tasks.deliver_due")
+        sent += 1
+    return sent
 
 
 def register() -> None:

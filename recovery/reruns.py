@@ -192,18 +192,22 @@ def untouched_unchanged(batch: RecoveryBatch) -> dict[str, bool]:
 
 def complete_batch(batch_id: int) -> bool:
     """Revalidate and complete a batch whose tasks are all terminal; True if it completed."""
+    batch = RecoveryBatch.objects.filter(pk=batch_id, state=RecoveryBatch.State.RUNNING).first()
+    if batch is None:
+        return False
+    if Task.objects.filter(recovery_batch_id=batch.pk).exclude(state__in=TERMINAL).exists():
+        return False
+    touched = set(batch.selection.get("touched_partitions", []))
+    # Step 7: re-mark the repaired partitions, recompute the run-level checks (outside a
+    # transaction: evaluate keeps its own write transaction short). Two processes may both
+    # evaluate; the result is the same and only one completes the batch below.
+    result = validation.evaluate(batch.run_id, mark=touched)
     with transaction.atomic():
-        batch = RecoveryBatch.objects.select_for_update().filter(pk=batch_id).first()
-        if batch is None or batch.state != RecoveryBatch.State.RUNNING:
-            return False
-        if Task.objects.filter(recovery_batch_id=batch.pk).exclude(state__in=TERMINAL).exists():
-            return False
-        touched = set(batch.selection.get("touched_partitions", []))
-        # Step 7: re-mark the repaired partitions, recompute the run-level checks.
-        result = validation.evaluate(batch.run_id, mark=touched)
-        RecoveryBatch.objects.filter(pk=batch.pk, state=RecoveryBatch.State.RUNNING).update(
+        done = RecoveryBatch.objects.filter(pk=batch.pk, state=RecoveryBatch.State.RUNNING).update(
             state=RecoveryBatch.State.COMPLETED, completed_at=timezone.now()
         )
+        if not done:
+            return False
         unchanged = untouched_unchanged(batch)
         audit.record(
             "system",

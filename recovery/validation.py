@@ -114,9 +114,8 @@ def evaluate(run_id: int, *, mark: set[str] | None = None) -> Evaluation:
     recovery batch re-marks only the repaired partitions; guarantee 7 keeps the others as they
     were); None re-marks every partition. Run-level results always cover the whole run.
     """
-    with transaction.atomic():
-        run = Run.objects.select_related("dataset").select_for_update().get(pk=run_id)
-        return _evaluate(run, mark)
+    run = Run.objects.select_related("dataset").get(pk=run_id)
+    return _evaluate(run, mark)
 
 
 def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
@@ -177,216 +176,220 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         if marked(partition):
             verdicts[partition][VALID if ok else INVALID].append(pk)
 
-    # Every partition gets its RunPartition row (quarantine flag, triage marks).
-    RunPartition.objects.bulk_create(
-        [RunPartition(run=run, name=p) for p in tallies], ignore_conflicts=True
-    )
-    now = timezone.now()
-    results: list[tuple[str, str, bool, float | None, float | None, dict]] = []
-
-    # Partition rules first: they decide which partitions are held out of the candidate.
-    held = {p for p in held_before if mark is not None and p not in mark}
-    quarantined: list[str] = []
-    released: list[str] = []
-    rule_holds: dict[str, list[str]] = defaultdict(list)
-    for rule in partition_rules:
-        worst = 0.0
-        for partition, tally in tallies.items():
-            share = tally.field_invalid[rule["field"]] / tally.total if tally.total else 0.0
-            worst = max(worst, share)
-            over = share > rule["max"]
-            if over and marked(partition):
-                rule_holds[partition].append(f"{rule['name']}: {share:.1%} > {rule['max']:.1%}")
-            results.append(
-                (
-                    rule["name"],
-                    partition,
-                    not over,
-                    share,
-                    rule["max"],
-                    {"invalid": tally.field_invalid[rule["field"]], "total": tally.total},
-                )
-            )
-        results.append((rule["name"], "", True, worst, rule["max"], {"held": []}))
-    for partition in sorted(p for p in tallies if marked(p)):
-        if rule_holds.get(partition):
-            held.add(partition)
-            reason = RULE_REASON_PREFIX + "; ".join(rule_holds[partition])
-            row, _ = RunPartition.objects.get_or_create(run=run, name=partition)
-            if not row.quarantined or row.quarantine_reason != reason:
-                RunPartition.objects.filter(pk=row.pk).update(
-                    quarantined=True, quarantine_reason=reason
-                )
-            if partition not in held_before:
-                quarantined.append(partition)
-        elif partition in held_before:
-            lifted = RunPartition.objects.filter(
-                run=run, name=partition, quarantine_reason__startswith=RULE_REASON_PREFIX
-            ).update(quarantined=False, quarantine_reason="")
-            if lifted:
-                released.append(partition)
-            else:
-                held.add(partition)  # quarantined by someone else: stays held
-    # A partition held before and not re-marked keeps its hold.
-    held |= {p for p in held_before if not marked(p)}
-    for i, res in enumerate(results):
-        if res[0] in {r["name"] for r in partition_rules} and res[1] == "":
-            results[i] = (*res[:5], {"held": sorted(held)})
-
-    # Write observation states for the re-marked partitions (only rows that change, so an
-    # untouched row keeps its updated_at and its hash).
-    for partition, by_state in verdicts.items():
-        for state, ids in by_state.items():
-            target = HELD if partition in held else state
-            for start in range(0, len(ids), _CHUNK):
-                Observation.objects.filter(pk__in=ids[start : start + _CHUNK]).exclude(
-                    validation_state=target
-                ).update(validation_state=target)
-
-    # Run-level aggregates over the non-held partitions.
-    live = {p: t for p, t in tallies.items() if p not in held}
-    live_total = sum(t.total for t in live.values())
-    for rule in value_rules:
-        fails = sum(t.fails[rule["name"]] for t in live.values())
-        share = fails / live_total if live_total else 0.0
-        limit = tolerance.get(rule["field"], 0.0)
-        results.append((rule["name"], "", share <= limit, share, limit, {"invalid": fails}))
-        for partition, tally in tallies.items():
-            pshare = tally.fails[rule["name"]] / tally.total if tally.total else 0.0
-            results.append(
-                (
-                    rule["name"],
-                    partition,
-                    pshare <= limit,
-                    pshare,
-                    limit,
-                    {"invalid": tally.fails[rule["name"]]},
-                )
-            )
-
-    grid = counters.by_partition(run.pk)
-    extracting = extracting_page_types(spec)
-    all_extracting = set(extracting) >= set(spec.get("page_types", {}))
-    if all_extracting:
-        tasks_by_partition = {p: sum(s.values()) for p, s in grid.items()}
-    else:
-        tasks_by_partition = dict(
-            Task.objects.filter(run=run, page_type__in=extracting)
-            .order_by()
-            .values_list("partition")
-            .annotate(n=_count())
-            .values_list("partition", "n")
+    # The read pass above runs outside any transaction (on SQLite a long write transaction
+    # would stall every worker's commit); the writes below are one short transaction.
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run.pk).first()
+        # Every partition gets its RunPartition row (quarantine flag, triage marks).
+        RunPartition.objects.bulk_create(
+            [RunPartition(run=run, name=p) for p in tallies], ignore_conflicts=True
         )
-    total_tasks = sum(tasks_by_partition.values())
-    for rule in rules:
-        kind = rule["kind"]
-        if kind == "coverage":
-            valid = sum(t.valid for t in live.values())
-            value = valid / total_tasks if total_tasks else 0.0
-            results.append(
-                (
-                    rule["name"],
-                    "",
-                    value >= rule["min"],
-                    value,
-                    rule["min"],
-                    {"valid": valid, "tasks": total_tasks},
-                )
-            )
-            for partition, n_tasks in tasks_by_partition.items():
-                pvalid = (
-                    0
-                    if partition in held
-                    else tallies[partition].valid
-                    if partition in tallies
-                    else 0
-                )
-                pvalue = pvalid / n_tasks if n_tasks else 0.0
+        now = timezone.now()
+        results: list[tuple[str, str, bool, float | None, float | None, dict]] = []
+
+        # Partition rules first: they decide which partitions are held out of the candidate.
+        held = {p for p in held_before if mark is not None and p not in mark}
+        quarantined: list[str] = []
+        released: list[str] = []
+        rule_holds: dict[str, list[str]] = defaultdict(list)
+        for rule in partition_rules:
+            worst = 0.0
+            for partition, tally in tallies.items():
+                share = tally.field_invalid[rule["field"]] / tally.total if tally.total else 0.0
+                worst = max(worst, share)
+                over = share > rule["max"]
+                if over and marked(partition):
+                    rule_holds[partition].append(f"{rule['name']}: {share:.1%} > {rule['max']:.1%}")
                 results.append(
                     (
                         rule["name"],
                         partition,
-                        pvalue >= rule["min"],
-                        pvalue,
-                        rule["min"],
-                        {"valid": pvalid, "tasks": n_tasks},
+                        not over,
+                        share,
+                        rule["max"],
+                        {"invalid": tally.field_invalid[rule["field"]], "total": tally.total},
                     )
                 )
-        elif kind == "required":
-            complete = sum(t.complete for t in live.values())
-            value = complete / live_total if live_total else 0.0
-            results.append(
-                (
-                    rule["name"],
-                    "",
-                    value >= rule["min"],
-                    value,
-                    rule["min"],
-                    {"complete": complete, "total": live_total},
-                )
-            )
+            results.append((rule["name"], "", True, worst, rule["max"], {"held": []}))
+        for partition in sorted(p for p in tallies if marked(p)):
+            if rule_holds.get(partition):
+                held.add(partition)
+                reason = RULE_REASON_PREFIX + "; ".join(rule_holds[partition])
+                row, _ = RunPartition.objects.get_or_create(run=run, name=partition)
+                if not row.quarantined or row.quarantine_reason != reason:
+                    RunPartition.objects.filter(pk=row.pk).update(
+                        quarantined=True, quarantine_reason=reason
+                    )
+                if partition not in held_before:
+                    quarantined.append(partition)
+            elif partition in held_before:
+                lifted = RunPartition.objects.filter(
+                    run=run, name=partition, quarantine_reason__startswith=RULE_REASON_PREFIX
+                ).update(quarantined=False, quarantine_reason="")
+                if lifted:
+                    released.append(partition)
+                else:
+                    held.add(partition)  # quarantined by someone else: stays held
+        # A partition held before and not re-marked keeps its hold.
+        held |= {p for p in held_before if not marked(p)}
+        for i, res in enumerate(results):
+            if res[0] in {r["name"] for r in partition_rules} and res[1] == "":
+                results[i] = (*res[:5], {"held": sorted(held)})
+
+        # Write observation states for the re-marked partitions (only rows that change, so an
+        # untouched row keeps its updated_at and its hash).
+        for partition, by_state in verdicts.items():
+            for state, ids in by_state.items():
+                target = HELD if partition in held else state
+                for start in range(0, len(ids), _CHUNK):
+                    Observation.objects.filter(pk__in=ids[start : start + _CHUNK]).exclude(
+                        validation_state=target
+                    ).update(validation_state=target)
+
+        # Run-level aggregates over the non-held partitions.
+        live = {p: t for p, t in tallies.items() if p not in held}
+        live_total = sum(t.total for t in live.values())
+        for rule in value_rules:
+            fails = sum(t.fails[rule["name"]] for t in live.values())
+            share = fails / live_total if live_total else 0.0
+            limit = tolerance.get(rule["field"], 0.0)
+            results.append((rule["name"], "", share <= limit, share, limit, {"invalid": fails}))
             for partition, tally in tallies.items():
-                pvalue = tally.complete / tally.total if tally.total else 0.0
+                pshare = tally.fails[rule["name"]] / tally.total if tally.total else 0.0
                 results.append(
-                    (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                    (
+                        rule["name"],
+                        partition,
+                        pshare <= limit,
+                        pshare,
+                        limit,
+                        {"invalid": tally.fails[rule["name"]]},
+                    )
                 )
-        elif kind == "outcome_ratio":
-            terminal = outcome = 0
-            for partition, states in grid.items():
-                pterminal = sum(n for s, n in states.items() if s in TERMINAL)
-                poutcome = states.get(rule["outcome"], 0)
-                terminal += pterminal
-                outcome += poutcome
-                pvalue = poutcome / pterminal if pterminal else 0.0
+
+        grid = counters.by_partition(run.pk)
+        extracting = extracting_page_types(spec)
+        all_extracting = set(extracting) >= set(spec.get("page_types", {}))
+        if all_extracting:
+            tasks_by_partition = {p: sum(s.values()) for p, s in grid.items()}
+        else:
+            tasks_by_partition = dict(
+                Task.objects.filter(run=run, page_type__in=extracting)
+                .order_by()
+                .values_list("partition")
+                .annotate(n=_count())
+                .values_list("partition", "n")
+            )
+        total_tasks = sum(tasks_by_partition.values())
+        for rule in rules:
+            kind = rule["kind"]
+            if kind == "coverage":
+                valid = sum(t.valid for t in live.values())
+                value = valid / total_tasks if total_tasks else 0.0
                 results.append(
-                    (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                    (
+                        rule["name"],
+                        "",
+                        value >= rule["min"],
+                        value,
+                        rule["min"],
+                        {"valid": valid, "tasks": total_tasks},
+                    )
                 )
-            value = outcome / terminal if terminal else 0.0
-            results.append(
-                (
-                    rule["name"],
-                    "",
-                    value >= rule["min"],
-                    value,
-                    rule["min"],
-                    {"outcome": outcome, "terminal": terminal},
+                for partition, n_tasks in tasks_by_partition.items():
+                    pvalid = (
+                        0
+                        if partition in held
+                        else tallies[partition].valid
+                        if partition in tallies
+                        else 0
+                    )
+                    pvalue = pvalid / n_tasks if n_tasks else 0.0
+                    results.append(
+                        (
+                            rule["name"],
+                            partition,
+                            pvalue >= rule["min"],
+                            pvalue,
+                            rule["min"],
+                            {"valid": pvalid, "tasks": n_tasks},
+                        )
+                    )
+            elif kind == "required":
+                complete = sum(t.complete for t in live.values())
+                value = complete / live_total if live_total else 0.0
+                results.append(
+                    (
+                        rule["name"],
+                        "",
+                        value >= rule["min"],
+                        value,
+                        rule["min"],
+                        {"complete": complete, "total": live_total},
+                    )
                 )
+                for partition, tally in tallies.items():
+                    pvalue = tally.complete / tally.total if tally.total else 0.0
+                    results.append(
+                        (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                    )
+            elif kind == "outcome_ratio":
+                terminal = outcome = 0
+                for partition, states in grid.items():
+                    pterminal = sum(n for s, n in states.items() if s in TERMINAL)
+                    poutcome = states.get(rule["outcome"], 0)
+                    terminal += pterminal
+                    outcome += poutcome
+                    pvalue = poutcome / pterminal if pterminal else 0.0
+                    results.append(
+                        (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
+                    )
+                value = outcome / terminal if terminal else 0.0
+                results.append(
+                    (
+                        rule["name"],
+                        "",
+                        value >= rule["min"],
+                        value,
+                        rule["min"],
+                        {"outcome": outcome, "terminal": terminal},
+                    )
+                )
+
+        for rule_name, partition, passed, value, threshold, detail in results:
+            ValidationResult.objects.update_or_create(
+                run=run,
+                rule=rule_name,
+                partition=partition,
+                defaults={
+                    "passed": passed,
+                    "value": value,
+                    "threshold": threshold,
+                    "detail": detail,
+                    "evaluated_at": now,
+                },
             )
 
-    for rule_name, partition, passed, value, threshold, detail in results:
-        ValidationResult.objects.update_or_create(
-            run=run,
-            rule=rule_name,
-            partition=partition,
-            defaults={
-                "passed": passed,
-                "value": value,
-                "threshold": threshold,
-                "detail": detail,
-                "evaluated_at": now,
-            },
+        failures = [
+            f"{name}: {value:.4g} (threshold {threshold:.4g})"
+            for name, partition, passed, value, threshold, _d in results
+            if partition == "" and not passed
+        ]
+        counts = dict(
+            Observation.objects.filter(run=run)
+            .order_by()
+            .values_list("validation_state")
+            .annotate(n=_count())
+            .values_list("validation_state", "n")
         )
-
-    failures = [
-        f"{name}: {value:.4g} (threshold {threshold:.4g})"
-        for name, partition, passed, value, threshold, _d in results
-        if partition == "" and not passed
-    ]
-    counts = dict(
-        Observation.objects.filter(run=run)
-        .order_by()
-        .values_list("validation_state")
-        .annotate(n=_count())
-        .values_list("validation_state", "n")
-    )
-    return Evaluation(
-        run_id=run.pk,
-        passed=not failures,
-        failures=failures,
-        quarantined=quarantined,
-        released=released,
-        counts=counts,
-    )
+        return Evaluation(
+            run_id=run.pk,
+            passed=not failures,
+            failures=failures,
+            quarantined=quarantined,
+            released=released,
+            counts=counts,
+        )
 
 
 def _count():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance_steps, dispatch, worker
+from recovery import acceptance, acceptance_steps, acceptance_tasks, dispatch, worker
 from recovery.models import OutboxEvent, Run
 from recovery.states.run import RunState
 from tests.factories import make_dataset, make_run, make_tasks
@@ -40,12 +40,22 @@ def test_work_until_idle_leaves_an_auto_accepted_run(settings):
     assert OutboxEvent.objects.filter(run=run, event_type="accepted").count() == 1
 
 
-def test_a_dispatcher_tick_makes_the_candidate(settings):
+def test_a_dispatcher_tick_wakes_advance_and_delivery_without_doing_them(settings, monkeypatch):
     settings.SALVAGE_OUTBOX_WAKE = False
+    sent = []
+    monkeypatch.setattr("django_q.tasks.async_task", lambda func, **kw: sent.append(func))
+    monkeypatch.setattr(acceptance_steps, "_last", dict.fromkeys(acceptance_steps._last, 0.0))
     dataset = make_dataset()
-    dataset.spec.update(SPEC)
+    dataset.spec.update(SPEC, rules=[])
     dataset.save(update_fields=["spec"])
     run = make_run(dataset)
     make_tasks(run, 2, state="committed")
     dispatch.tick()
+    assert sent == ["recovery.acceptance_tasks.advance_runs"]
+    assert Run.objects.get(pk=run.pk).acceptance_state == RunState.COLLECTING  # only woken
+    acceptance_tasks.advance_runs()  # what the django-q2 worker runs
     assert Run.objects.get(pk=run.pk).acceptance_state == RunState.CANDIDATE
+    acceptance.accept_run(run.pk, "admin")
+    monkeypatch.setattr(acceptance_steps, "_last", dict.fromkeys(acceptance_steps._last, 0.0))
+    dispatch.tick()
+    assert sent[-1] == "recovery.acceptance_tasks.deliver_due"

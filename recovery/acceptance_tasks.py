@@ -1,8 +1,13 @@
-"""django-q2 entry points for outbox delivery (take ids, call one engine function)."""
+"""django-q2 entry points for acceptance and outbox delivery (call one engine function each)."""
 
 from __future__ import annotations
 
-from recovery import outbox
+from recovery import acceptance, outbox
+
+
+def advance_runs() -> str:
+    """Complete finished recovery batches, make candidates, auto-accept."""
+    return f"acceptance: {acceptance.advance_runs()} runs or batches moved"
 
 
 def deliver_due(limit: int = 50) -> str:
