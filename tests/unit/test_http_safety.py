@@ -540,3 +540,113 @@ def test_idle_host_gates_are_forgotten_busy_ones_kept(monkeypatch):
             return set(fetcher._gates)
 
     assert asyncio.run(go()) == {"busy.test", "slow.test", "new.test"}
+
+
+# --- TLS: connect to the checked IP, verify the certificate against the name ---------------
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 whose certificate names only `shop.test`; it records the
+    SNI each handshake asked for."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    workdir = tmp_path_factory.mktemp("tls")
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=shop.test",
+         "-addext", "subjectAltName=DNS:shop.test"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    server_names: list[str | None] = []
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    server_ctx.sni_callback = lambda sock, name, ctx: server_names.append(name)
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response({"host": request.headers.get("Host", "")})
+
+    app = web.Application()
+    app.router.add_get("/echo", echo)
+    loop_runner = web.AppRunner(app, access_log=None)
+    served = _start_tls(loop_runner, server_ctx)
+    served.server_names = server_names
+    served.client_ctx = ssl.create_default_context(cafile=str(cert))
+    yield served
+    served.stop()
+
+
+def _start_tls(runner: web.AppRunner, ctx):
+    import threading
+
+    from recovery.sandbox.runner import Served
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    box: dict = {}
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        loop.run_until_complete(site.start())
+        box["port"] = site._server.sockets[0].getsockname()[1]
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    return Served(f"https://127.0.0.1:{box['port']}", box["port"], loop, runner, thread)
+
+
+def _resolve_shop_test(monkeypatch) -> list[str]:
+    real = socket.getaddrinfo
+    asked = []
+
+    def fake(host, port, *args, **kwargs):
+        if host in ("shop.test", "other.test"):
+            asked.append(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return asked
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_tls_uses_the_name_for_sni_and_the_certificate(tls_server, transport, monkeypatch):
+    import json
+
+    asked = _resolve_shop_test(monkeypatch)
+    tls_server.server_names.clear()
+    page = fetch(
+        f"https://shop.test:{tls_server.port}/echo",
+        transport=transport,
+        verify=tls_server.client_ctx,
+    )
+    assert page.status == 200
+    assert json.loads(page.body) == {"host": f"shop.test:{tls_server.port}"}
+    assert tls_server.server_names == ["shop.test"]  # SNI: the name, not the checked IP
+    assert asked == ["shop.test"]  # resolved once, by the guard
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("host", ["other.test", "127.0.0.1"])
+def test_tls_refuses_a_certificate_for_another_name(tls_server, transport, host, monkeypatch):
+    _resolve_shop_test(monkeypatch)
+    error = fetch_error(
+        f"https://{host}:{tls_server.port}/echo",
+        transport=transport,
+        verify=tls_server.client_ctx,
+    )
+    # Not transient (another try meets the same certificate): refused, for a human.
+    assert error.error_class is ErrorClass.BLOCKED
+    assert f"TLS certificate of {host!r} not accepted: " in error.detail
+    assert "mismatch" in error.detail
