@@ -23,7 +23,6 @@ reported as passing without having been checked.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import random
@@ -85,7 +84,7 @@ Echo = Callable[[str], None]
 
 
 @contextlib.contextmanager
-def scratch_database(base_url: str, workdir: Path) -> Iterator[str]:
+def scratch_database(base_url: str, workdir: Path, keep: bool = False) -> Iterator[str]:
     """A DATABASE_URL for an empty scratch database, dropped afterwards."""
     parts = urlsplit(base_url) if base_url else None
     if parts is None or parts.scheme not in ("postgres", "postgresql"):
@@ -107,9 +106,10 @@ def scratch_database(base_url: str, workdir: Path) -> Iterator[str]:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         yield urlunsplit(parts._replace(path=f"/{name}"))
     finally:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        if not keep:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
         admin.close()
 
 
@@ -149,9 +149,9 @@ def run(options: DrillOptions, *, echo: Echo) -> dict[str, Any]:
     base_url = os.environ.get("DATABASE_URL", "")
     workdir = Path(tempfile.mkdtemp(prefix="salvage-drill-"))
     try:
-        with scratch_database(base_url, workdir) as url:
+        with scratch_database(base_url, workdir, options.keep) as url:
             vendor = "postgresql" if url.startswith("postgres") else "sqlite"
-            echo(f"drill: scratch {vendor} database, work directory {workdir}")
+            echo(f"drill: scratch database {url}, work directory {workdir}")
             env = child_environment(url, workdir, options)
             (workdir / "var" / "staticfiles").mkdir(parents=True, exist_ok=True)
             argv = manage_py(
@@ -750,13 +750,18 @@ def retry_after_figures(run_id: int, seed: int) -> dict[str, Any]:
         waits = []
         for task_id in ids:
             attempts = list(
-                Attempt.objects.filter(task_id=task_id)
-                .order_by("started_at")
-                .values_list("error_class", "finished_at", "started_at")
+                Attempt.objects.filter(task_id=task_id).values_list(
+                    "outcome", "error_class", "finished_at", "started_at"
+                )
             )
-            for (error_class, finished, _s), (_e, _f, next_start) in itertools.pairwise(attempts):
-                if error_class == "rate_limited" and finished and next_start:
-                    waits.append((next_start - finished).total_seconds())
+            for outcome, error_class, finished, _started in attempts:
+                if outcome != "retry" or error_class != "rate_limited" or finished is None:
+                    continue
+                # The next claim after this 429 was committed (an attempt that started
+                # earlier ran concurrently under an expired lease: not a consequence).
+                later = [s for _o, _e, _f, s in attempts if s and s >= finished]
+                if later:
+                    waits.append((min(later) - finished).total_seconds())
         figures[kind] = {
             "pages": len(ids),
             "committed": committed,
@@ -835,6 +840,7 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
     )
     held_keys = set(held.values_list("entity_key", flat=True))
     valid = Observation.objects.filter(run_id=run_id, validation_state="valid").count()
+    diagnostics = _candidate_diagnostics(run_id)
     acceptance.accept_run(run_id, ACTOR)
     acceptance.publish_run(run_id, ACTOR)
     rows = _export(run_id)
@@ -851,6 +857,36 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
         "published_rows": len(rows),
         "valid_observations": valid,
         "held_rows_published": leaked,
+        **({} if len(held_keys) and valid else {"diagnostics": diagnostics}),
+    }
+
+
+def _candidate_diagnostics(run_id: int) -> dict[str, Any]:
+    """How the run became a candidate (for a post-mortem when the figures look wrong)."""
+    from django.db.models import Count
+
+    from recovery import counters
+    from recovery.models import AuditEntry, Observation, Task
+
+    audit = [
+        {"at": str(e.at), "action": e.action, "detail": e.detail}
+        for e in AuditEntry.objects.filter(object_type="run", object_id=str(run_id)).order_by("at")
+    ]
+    return {
+        "audit": audit[:10],
+        "validation_states": dict(
+            Observation.objects.filter(run_id=run_id)
+            .values_list("validation_state")
+            .annotate(n=Count("pk"))
+            .order_by()
+        ),
+        "counters": counters.by_state(run_id),
+        "task_states": dict(
+            Task.objects.filter(run_id=run_id)
+            .values_list("state")
+            .annotate(n=Count("pk"))
+            .order_by()
+        ),
     }
 
 
