@@ -503,7 +503,10 @@ def test_min_delay_spaces_requests_to_a_host(server):
     asyncio.run(go())
     starts = sorted(hits.starts)
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert len(starts) == 4 and min(gaps) >= 0.09
+    # Measured where it matters, at the server; scheduling jitter on a loaded box is allowed
+    # for. Without spacing all four arrive within a few milliseconds.
+    assert len(starts) == 4 and min(gaps) >= 0.05
+    assert starts[-1] - starts[0] >= 0.25
 
 
 def test_a_429_slows_the_host_and_successes_recover():
