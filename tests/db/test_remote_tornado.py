@@ -81,13 +81,13 @@ def test_each_media_job_stores_a_stable_reference_and_hands_off_once(media, tmp_
 
 def test_an_expired_link_is_refreshed_by_a_lookup_not_by_regenerating(media):
     served, state = media
-    state.url_ttl = 1
+    state.url_ttl = 3  # whole seconds, truncated: at least 2 s to use the first link
     make_media_run(1)
     drive()
     job = RemoteJob.objects.get()
     first = remote.fresh_result_url(job.pk)
     assert httpx.get(first).status_code == 200
-    wait_for(lambda: httpx.get(first).status_code == 403, 5, what="the link to expire")
+    wait_for(lambda: httpx.get(first).status_code == 403, 10, what="the link to expire")
     assert httpx.get(first).json()["error"] == "expired"
     fresh = remote.fresh_result_url(job.pk)
     assert fresh != first
