@@ -367,10 +367,12 @@ def mark_reviewed(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @permission_required("recovery.create_recovery_batch", raise_exception=True)
 def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Select -> confirm -> one engine call: the first POST shows what will be rerun."""
     run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    grid = counters.by_partition(run.pk)
     form = RecoveryBatchForm(
         request.POST,
-        partitions=sorted(counters.by_partition(run.pk)),
+        partitions=sorted(grid),
         page_types=sorted((run.dataset.spec or {}).get("page_types", {}) or []),
         rules=sorted(
             set(
@@ -384,6 +386,16 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
         _form_errors(request, form)
         return redirect("dashboard:quarantine", run_id=run.pk)
     data = form.cleaned_data
+    if request.POST.get("confirmed") != "1":
+        # Nothing changes yet. The ceiling comes from the counters: terminal tasks in the
+        # selected partitions (all partitions if none is selected); the other filters narrow it.
+        chosen = data["partitions"] or list(grid)
+        ceiling = sum(n for p in chosen for st, n in grid.get(p, {}).items() if st in TERMINAL)
+        return render(
+            request,
+            "dashboard/batch_confirm.html",
+            {"run": run, "form": form, "data": data, "ceiling": ceiling},
+        )
     ok, batch = engine.call(
         request,
         "reruns.create_recovery_batch",

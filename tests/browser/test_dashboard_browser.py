@@ -121,6 +121,11 @@ def test_an_admin_creates_a_recovery_batch_and_watches_it_finish(
     form.locator("input[name=scraper_version]").fill("2")
     screenshot(page, "quarantine-admin")
     form.get_by_role("button", name="Create recovery batch").click()
+    # Select -> confirm -> one engine call: nothing is reset before the confirmation.
+    expect(page.locator("#batch-summary")).to_contain_text("beta.test, gamma.test")
+    expect(page.locator("#batch-summary")).to_contain_text("at most 4")
+    assert not RecoveryBatch.objects.filter(run=world.run).exists()
+    page.get_by_role("button", name="Confirm: create recovery batch").click()
 
     expect(page.locator(".message.success")).to_contain_text("4 tasks queued")
     expect(page.locator("#batch-state")).to_have_text("running")

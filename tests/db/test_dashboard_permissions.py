@@ -113,6 +113,7 @@ POSTS: dict[str, Post] = {
             "partitions": ["beta.test", "gamma.test"],
             "reason": "selector fixed",
             "scraper_version": "2",
+            "confirmed": "1",
         },
         {"admin"},
         lambda w: RecoveryBatch.objects.filter(run=w.run, task_count=4).exists(),
@@ -372,3 +373,19 @@ def test_it_pages_deliveries_by_time_then_id(world):
     second = client.get(reverse("dashboard:deliveries"), {"after": cursor})
     seen = [e.pk for e in first.context["page"].rows] + [e.pk for e in second.context["page"].rows]
     assert len(seen) == len(set(seen)) == OutboxEvent.objects.count()
+
+
+def test_it_asks_for_confirmation_before_creating_a_recovery_batch(world):
+    client = _client(world, "admin")
+    data = dict(POSTS["dashboard:create_batch"].data)
+    del data["confirmed"]
+    before = snapshot()
+    url = reverse("dashboard:create_batch", kwargs={"run_id": world.run.pk})
+    response = client.post(url, data)
+    assert response.status_code == 200
+    assert b"Confirm: create recovery batch" in response.content
+    assert response.context["ceiling"] == 4
+    assert snapshot() == before
+    confirmed = client.post(url, {**data, "confirmed": "1"})
+    assert confirmed.status_code == 302
+    assert RecoveryBatch.objects.filter(run=world.run, task_count=4).exists()
