@@ -166,9 +166,15 @@ def run_timed(cmds: list[list[str]], env: dict[str, str], sandbox: Sandbox) -> d
         for cmd in cmds
     ]
     outputs = []
-    for proc in procs:
-        out, err = proc.communicate()  # drains the pipes and reaps the child
-        outputs.append((proc.returncode, out.decode(), err.decode()))
+    try:
+        for proc in procs:
+            out, err = proc.communicate()  # drains the pipes and reaps the child
+            outputs.append((proc.returncode, out.decode(), err.decode()))
+    finally:  # interrupted (SIGTERM/SIGINT): leave no measured process behind
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     wall = time.perf_counter() - start
     return {
         "wall_s": wall,
@@ -430,6 +436,9 @@ def main() -> int:
     if not worker_counts or min(worker_counts) < 1:
         parser.error("--workers: at least 1")
 
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the finally blocks stop the sandbox
+    # and any measured process.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-scrape-"))
     info = versions()
     log(
