@@ -35,9 +35,9 @@ PRIORITY_RANGE = (-32768, 32767)  # Task.priority is a SmallIntegerField
 PARTITION_MAX = 200
 MAX_REPORTED_ERRORS = 10
 MAX_DUPLICATE_EXAMPLES = 5
-# Rows per INSERT: large enough to amortise round trips, small enough for SQLite's
-# bound-parameter limit (~20 columns x 1000 rows stays far below 32766).
-CHUNK = 1000
+CHUNK = 10_000  # rows per insert batch
+# Task keys per "already in the run?" query of --add: below SQLite's oldest parameter limit.
+KEY_LOOKUP = 900
 
 
 class ManifestError(ValueError):
@@ -197,6 +197,7 @@ def parse(path: str | Path, *, dataset_name: str, spec: dict[str, Any], window: 
     error_count = 0
     entries: list[Entry] = []
     first_line: dict[str, int] = {}
+    hosts: dict[str, str] = {}
     duplicates: list[Duplicate] = []
     duplicate_count = 0
     lines_read = 0
@@ -238,7 +239,10 @@ def parse(path: str | Path, *, dataset_name: str, spec: dict[str, Any], window: 
                 continue
             # "host" (and field:<name>, whose value is known only after extraction) start with
             # the URL's host, so every task has a partition from the moment it exists.
-            partition = urlsplit(canonical).hostname or ""
+            netloc = canonical.split("/", 3)[2]
+            partition = hosts.get(netloc)
+            if partition is None:  # one urlsplit per host, not per line
+                partition = hosts[netloc] = urlsplit(canonical).hostname or ""
         if len(partition) > PARTITION_MAX:
             bad(f"line {number}: partition longer than {PARTITION_MAX} characters")
             continue
@@ -392,11 +396,14 @@ def _insert_tasks(run, entries: list[Entry], now, created: bool) -> tuple[int, i
     for start in range(0, len(entries), CHUNK):
         chunk = entries[start : start + CHUNK]
         if not created:
-            have = set(
-                Task.objects.filter(run=run, task_key__in=[e.task_key for e in chunk]).values_list(
-                    "task_key", flat=True
+            have: set[str] = set()
+            for i in range(0, len(chunk), KEY_LOOKUP):
+                wanted = [e.task_key for e in chunk[i : i + KEY_LOOKUP]]
+                have.update(
+                    Task.objects.filter(run=run, task_key__in=wanted).values_list(
+                        "task_key", flat=True
+                    )
                 )
-            )
             present += len(have)
             chunk = [e for e in chunk if e.task_key not in have]
         if not chunk:
@@ -409,13 +416,15 @@ def _insert_tasks(run, entries: list[Entry], now, created: bool) -> tuple[int, i
 
 
 class _TaskInsert:
-    """A multi-row INSERT of new tasks whose constant columns are prepared once.
+    """Insert new tasks with the database's fastest bulk path; constant columns prepared once.
 
-    Measured on 100,000 rows: Task.objects.bulk_create spent ~11 s on SQLite preparing 22
-    columns per row (and SQLite's 999-parameter cap made it 45 rows per statement). Here the
-    columns come from Task._meta and every column but the five that vary per line is prepared
-    once through the field itself (pre_save + get_db_prep_save, as bulk_create does), so a
-    field added to Task later gets its default exactly as bulk_create would give it.
+    Measured on 100,000 rows (bench/manifest.py): Task.objects.bulk_create spent most of its
+    time preparing 22 columns per row, and on PostgreSQL psycopg re-parsed each huge multi-row
+    statement in Python. Here the columns come from Task._meta and every column but the five
+    that vary per line is prepared once through the field itself (pre_save +
+    get_db_prep_save, as bulk_create does), so a field added to Task later gets its default
+    exactly as bulk_create would give it. PostgreSQL loads the rows with COPY; SQLite runs one
+    prepared INSERT through executemany. Both stay inside the caller's transaction.
     """
 
     VARYING = ("task_key", "url", "page_type", "partition", "priority")
@@ -439,35 +448,27 @@ class _TaskInsert:
         quote = connection.ops.quote_name
         self.table = quote(Task._meta.db_table)
         self.column_sql = ", ".join(quote(c) for c in self.columns)
-        self.row_sql = "(" + ", ".join(["%s"] * len(self.columns)) + ")"
-        limit = _parameter_limit(connection)
-        self.rows_per_statement = max(1, limit // len(self.columns))
+        self.vendor = connection.vendor
+
+    def rows(self, chunk: list[Entry]):
+        slots = self.slots
+        for e in chunk:
+            # Varying values are plain str/int checked by parse(); no field prep needed.
+            row = (e.task_key, e.url, e.page_type, e.partition, e.priority)
+            yield tuple(row[v] if kind == "row" else v for kind, v in slots)
 
     def execute(self, chunk: list[Entry]) -> None:
         from django.db import connection
 
         with connection.cursor() as cursor:
-            for start in range(0, len(chunk), self.rows_per_statement):
-                part = chunk[start : start + self.rows_per_statement]
-                params: list[Any] = []
-                for e in part:
-                    # Varying values are plain str/int checked by parse(); no field prep needed.
-                    row = (e.task_key, e.url, e.page_type, e.partition, e.priority)
-                    params.extend(row[v] if kind == "row" else v for kind, v in self.slots)
-                values = ", ".join([self.row_sql] * len(part))
-                cursor.execute(
-                    f"INSERT INTO {self.table} ({self.column_sql}) VALUES {values}", params
+            if self.vendor == "postgresql":
+                sql = f"COPY {self.table} ({self.column_sql}) FROM STDIN"
+                with cursor.cursor.copy(sql) as copy:
+                    for row in self.rows(chunk):
+                        copy.write_row(row)
+            else:
+                marks = ", ".join(["%s"] * len(self.columns))
+                cursor.executemany(
+                    f"INSERT INTO {self.table} ({self.column_sql}) VALUES ({marks})",
+                    list(self.rows(chunk)),
                 )
-
-
-def _parameter_limit(connection) -> int:
-    """Bound parameters one statement may carry (SQLite: 32766 since 3.32, 999 before)."""
-    if connection.vendor != "sqlite":
-        return 32766  # well below PostgreSQL's 65535
-    import sqlite3
-
-    connection.ensure_connection()
-    getlimit = getattr(connection.connection, "getlimit", None)  # Python >= 3.11
-    if getlimit is None:
-        return 999
-    return min(32766, getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.forms.models import model_to_dict
 
 from recovery import counters, keys, specs
 from recovery.models import AuditEntry, Dataset, Run, Task, TaskCountDelta
@@ -93,6 +94,28 @@ def test_it_freezes_a_csv_manifest_into_a_run(shop, tmp_path):
     assert (t3.page_type, t3.partition, t3.priority) == ("category", "books", 10)
     assert counters.by_partition(run.pk) == {"a.test": {"pending": 2}, "books": {"pending": 1}}
     assert AuditEntry.objects.get(action="run_created").detail["tasks_added"] == 3
+
+
+def test_bulk_inserted_tasks_equal_tasks_the_orm_creates(shop, tmp_path):
+    # createrun bypasses Model.save for speed; every column must still get the model's value.
+    path = write(tmp_path, "m.csv", "url,priority\nhttp://a.test/product/1,4\n")
+    createrun("shop", "--window", "w", "--manifest", path)
+    bulk = Task.objects.get()
+    orm = Task.objects.create(
+        run=bulk.run,
+        task_key="0" * 64,
+        url=bulk.url,
+        page_type=bulk.page_type,
+        partition=bulk.partition,
+        priority=bulk.priority,
+    )
+    orm.refresh_from_db()
+    stamps = {"created_at", "state_changed_at", "next_attempt_at"}
+    skip = {"id", "task_key", *stamps}
+    assert {k: v for k, v in model_to_dict(bulk).items() if k not in skip} == {
+        k: v for k, v in model_to_dict(orm).items() if k not in skip
+    }
+    assert {getattr(bulk, s) for s in stamps} == {bulk.run.manifest_frozen_at}
 
 
 def test_it_reads_jsonl(shop, tmp_path):
