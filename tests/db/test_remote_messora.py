@@ -19,6 +19,7 @@ from tests.remote_fixtures import (
     scan_database_for,
     serve,
     stats,
+    wait_for,
 )
 
 pytestmark = pytest.mark.django_db
@@ -327,6 +328,7 @@ def test_a_stale_poller_cannot_commit(messora):
     make_messora_run(1)
     remote.submit_step("w1")
     [(_pk, old_token)] = remote.claim_due_polls("w1")
+    assert remote.claim_due_polls("w2") == []  # held: two workers never poll one job
     # w1 stalls; its lease expires and w2 takes the job over.
     RemoteJob.objects.update(lease_until=timezone.now())
     [(_pk2, new_token)] = remote.claim_due_polls("w2")
@@ -405,3 +407,31 @@ def test_the_dispatcher_wakes_a_cluster_worker_for_due_remote_jobs(messora):
         remote_tasks.poll_remote_jobs()
     assert RemoteJob.objects.get().state == "completed"
     assert not remote.has_due_work()
+
+
+@pytest.mark.parametrize("first_form", ["seconds", "date"])
+def test_a_429_on_create_is_a_certain_refusal_that_waits_for_retry_after(messora, first_form):
+    served, state = messora
+    state._retry_after_date = first_form == "date"
+    state.faults["create_429"] = 1
+    make_messora_run(2)
+    before = timezone.now()
+    remote.submit_step("w1")
+    job = RemoteJob.objects.get()
+    assert job.state == "failed"  # not unknown: a 429 created nothing
+    assert Attempt.objects.get(pk=job.attempt_id).error_class == "rate_limited"
+    assert stats(served)["created"] == 0
+    waits = [(t.next_attempt_at - before).total_seconds() for t in Task.objects.all()]
+    assert {t.state for t in Task.objects.all()} == {"retry_wait"}
+    if first_form == "seconds":
+        assert all(0.9 <= w <= 3 for w in waits)  # Retry-After: 1
+    else:
+        assert all(w <= 2 for w in waits)  # an HTTP-date of "now"
+
+    def finished():
+        remote.step("w1")
+        return set(Task.objects.values_list("state", flat=True)) == {"committed"}
+
+    wait_for(finished, 15, what="the resubmission after Retry-After")
+    assert stats(served)["created"] == 1
+    assert set(Task.objects.values_list("state", flat=True)) == {"committed"}

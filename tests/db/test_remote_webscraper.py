@@ -238,3 +238,23 @@ def test_duplicate_notifications_over_real_sockets_make_one_logical_import(cloud
     assert Attempt.objects.filter(run=run, worker=f"remote:{job.pk}").count() == 3
     # Every notification got a prompt 2xx, so the service never had to resend.
     assert all(n["answer"] == 200 for n in stats(served)["notifications"])
+
+
+def test_webhook_body_abuse_is_refused_or_sanitised_never_a_500(cloud, client):
+    big = "x" * (64 * 1024)
+    response = client.post(
+        f"/hooks/webscraper/{SECRET}",
+        data=f"scrapingjob_id=1&status={big}",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 413
+    assert WebhookReceipt.objects.count() == 0
+    response = client.post(
+        f"/hooks/webscraper/{SECRET}",
+        data=b"scrapingjob_id=%ff%fe&status=finished\x00&custom_id=api_token%3Dabc",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 200
+    receipt = WebhookReceipt.objects.get()
+    assert "abc" not in receipt.body.get("custom_id", "")
+    assert client.get(f"/hooks/webscraper/{SECRET}").status_code == 405
