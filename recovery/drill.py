@@ -872,7 +872,19 @@ def _candidate_diagnostics(run_id: int) -> dict[str, Any]:
         {"at": str(e.at), "action": e.action, "detail": e.detail}
         for e in AuditEntry.objects.filter(object_type="run", object_id=str(run_id)).order_by("at")
     ]
+    activity = []
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state, now() - xact_start, left(query, 120) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND xact_start IS NOT NULL"
+            )
+            activity = [[str(v) for v in row] for row in cursor.fetchall()]
     return {
+        "open_transactions": activity,
         "audit": audit[:10],
         "validation_states": dict(
             Observation.objects.filter(run_id=run_id)
