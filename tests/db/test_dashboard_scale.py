@@ -75,3 +75,37 @@ def test_it_draws_progress_bars_from_counts_only():
     svg = str(charts.progress_bar({"committed": 3, "quarantined": 1}, 4, width=100))
     assert 'width="75.00"' in svg and 'width="25.00"' in svg
     assert "quarantined: 1" in svg
+
+
+def _bench_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "dashboard.py"
+    spec = importlib.util.spec_from_file_location("bench_dashboard", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_reads_tasks_and_attempts_through_indexes(postgres_only, admin_client):
+    """EXPLAIN every query of the run pages on a 60,000-task run: no sequential scan."""
+    from recovery import counters
+    from recovery.models import Run
+    from tests.factories import make_dataset
+
+    bench = _bench_module()
+    run = Run.objects.create(dataset=make_dataset(), window="big")
+    bench.generate(run.pk, 60_000)
+    counters.rebuild(run.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE recovery_task")
+        cursor.execute("ANALYZE recovery_attempt")
+    for page, kwargs in [
+        ("dashboard:run", {"run_id": run.pk}),
+        ("dashboard:quarantine", {"run_id": run.pk}),
+        ("dashboard:runs", {}),
+    ]:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(reverse(page, kwargs=kwargs)).status_code == 200
+        assert bench.explain_seq_scans(captured.captured_queries) == [], page
