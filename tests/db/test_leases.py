@@ -412,3 +412,18 @@ def test_a_taken_over_lease_leaves_a_traceable_attempt_for_the_dead_holder():
         "committed",
         "lost_lease",
     ]
+
+
+def test_the_token_fences_a_stale_commit_even_under_the_same_worker_name():
+    # A worker restarted with a fixed --worker-id re-claims its own expired task: only the
+    # lease token tells the old execution from the new one.
+    run = make_run()
+    make_tasks(run, 1)
+    (old,) = leases.claim("w1")
+    expire([old.task_id])
+    (new,) = leases.claim("w1")
+    assert leases.heartbeat("w1", [old]) == set()
+    assert leases.commit_outcomes("w1", [old], [ok("old")]).lost == [old.task_id]
+    assert not Observation.objects.exists()
+    assert leases.commit_outcomes("w1", [new], [ok("new")]).states == {"committed": 1}
+    assert list(Observation.objects.values_list("entity_key", flat=True)) == ["new"]
