@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import time
 from collections import defaultdict
@@ -266,6 +267,14 @@ async def send_lookup(
     return response
 
 
+# Field names that carry credentials (api_key, x-api-key, access_token, client_secret, ...);
+# "object_key" or "sku" are data and stay.
+_SECRET_FIELD = re.compile(
+    r"(?i)^(x-)?(api[-_]?key|api[-_]?token|access[-_]?token|token|secret|password|"
+    r"authorization|signature|sig)$|[-_](token|secret|password|api[-_]?key)$"
+)
+
+
 def sanitise(value: Any, depth: int = 0) -> Any:
     """A provider response safe to store: credentials redacted, long strings and lists cut."""
     if depth > 6:
@@ -274,12 +283,25 @@ def sanitise(value: Any, depth: int = 0) -> Any:
         return {
             str(k)[:100]: sanitise(v, depth + 1)
             for k, v in list(value.items())[:50]
-            if not any(w in str(k).lower() for w in ("token", "key", "secret", "password"))
+            if not _SECRET_FIELD.search(str(k))
         }
     if isinstance(value, list):
         return [sanitise(v, depth + 1) for v in value[:20]]
     if isinstance(value, str):
         return logs.redact(value[:1000])
+    return value
+
+
+def clean_payload(value: Any) -> Any:
+    """A result item as data: complete (no cutting), minus credential fields and values."""
+    if isinstance(value, dict):
+        return {
+            str(k): clean_payload(v) for k, v in value.items() if not _SECRET_FIELD.search(str(k))
+        }
+    if isinstance(value, list):
+        return [clean_payload(v) for v in value]
+    if isinstance(value, str):
+        return logs.redact(value)
     return value
 
 
@@ -1047,7 +1069,9 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                 task_url = task_rows[task_pk].url if task_pk in task_rows else ""
                 entity_of[item.index] = _entity_key(spec, item, task_url)
                 observed[task_pk].append(
-                    Observed(entity_of[item.index], sanitise(item.payload) if item.payload else {})
+                    Observed(
+                        entity_of[item.index], clean_payload(item.payload) if item.payload else {}
+                    )
                 )
         claimed, outcomes = [], []
         for pk in sorted(held):
@@ -1077,7 +1101,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                     task_pk,
                     task_rows[task_pk].partition if task_pk in task_rows else "",
                     entity_of[item.index],
-                    sanitise(item.payload) if item.payload else {},
+                    clean_payload(item.payload) if item.payload else {},
                     job.attempt_id,
                 )
             item_rows.append(
