@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from recovery import reconcile, remote
-from recovery.models import Observation, RemoteJob, Task
+from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Task
 from recovery.sandbox import messora as sim
 from tests.factories import make_run, make_tasks
 from tests.remote_fixtures import (
@@ -126,3 +126,29 @@ def test_a_worker_killed_while_polling_is_resumed_by_another_without_a_second_jo
     assert Observation.objects.filter(run=run).count() == 4
     assert set(Task.objects.values_list("state", flat=True)) == {"committed"}
     assert MESSORA_KEY not in log.read_text()
+
+
+def test_a_worker_killed_between_success_and_its_commit_is_imported_once(messora, tmp_path):
+    served, _state = messora
+    dataset = remote_dataset("messora", poll_interval=0.2, request_timeout=5)
+    run = make_run(dataset)
+    make_tasks(run, 3)
+    log = tmp_path / "workers.log"
+    # First answer PENDING passes; the second (SUCCESS) is in hand when the process dies.
+    env = env_for(served, SALVAGE_FAULT_POINT="after_poll_before_commit", SALVAGE_FAULT_SKIP="1")
+    a = start_work("wa", env, log)
+    assert a.wait(timeout=60) == -signal.SIGKILL
+    job = RemoteJob.objects.get()
+    assert job.state in ("submitted", "pending")
+    assert stats(served)["jobs"][job.provider_job_id]["status"] == "SUCCESS"
+    assert Observation.objects.count() == 0
+
+    b = start_work("wb", env_for(served), log)
+    try:
+        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+    finally:
+        stop_worker(b)
+    assert stats(served)["created"] == 1
+    assert Observation.objects.filter(run=run).count() == 3
+    assert RemoteJobItem.objects.filter(job=job).count() == 3
+    assert Attempt.objects.filter(worker=f"remote:{job.pk}", outcome="committed").count() == 3
