@@ -145,8 +145,13 @@ def numeric_host(host: str) -> IPAddress | None:
 
 def refusal_reason(address: IPAddress, allowed: Sequence[IPNetwork]) -> str | None:
     """Why an address may not be contacted, or None when it may."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        # An IPv6 address that carries an IPv4 one is judged as that IPv4 address: mapped
+        # (::ffff:a.b.c.d) and 6to4 (2002:AABB:CCDD::, routed to a.b.c.d by a relay).
+        # NAT64 (64:ff9b::/96) and IPv4-compatible (::a.b.c.d) fall in ::/8, reserved.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            address = embedded
     for net in allowed:
         if address.version == net.version and address in net:
             return None

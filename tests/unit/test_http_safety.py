@@ -225,6 +225,11 @@ def test_names_are_not_numeric(host):
         ("::1", "loopback"),
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:10.0.0.1", "private"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 carrying 127.0.0.1
+        ("2002:a9fe:a9fe::1", "link-local"),  # 6to4 carrying 169.254.169.254
+        ("64:ff9b::7f00:1", "reserved"),  # NAT64 carrying 127.0.0.1
+        ("::127.0.0.1", "reserved"),  # IPv4-compatible (deprecated)
+        ("2001::1", "private"),  # Teredo
         ("10.0.0.1", "private"),
         ("172.16.5.4", "private"),
         ("192.168.1.1", "private"),
@@ -246,7 +251,9 @@ def test_it_refuses_non_public_addresses(address, reason):
     assert refusal_reason(ipaddress.ip_address(address), ()) == reason
 
 
-@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"])
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "2002:808:808::1"]
+)
 def test_it_allows_public_addresses(address):
     assert refusal_reason(ipaddress.ip_address(address), ()) is None
 
