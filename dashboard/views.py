@@ -78,10 +78,10 @@ class ThrottledLoginView(auth_views.LoginView):
     def post(self, request, *args, **kwargs):
         username = request.POST.get("username", "")
         if login_throttle.is_locked(request, username):
-            form = self.get_form()
-            form.errors.clear()
-            form.add_error(None, login_throttle.MESSAGE)
-            return self.render_to_response(self.get_context_data(form=form), status=429)
+            # Refused before any password check: an unbound form, no authenticate() call.
+            form = self.get_form_class()(request, initial={"username": username})
+            context = self.get_context_data(form=form, throttled=login_throttle.MESSAGE)
+            return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):

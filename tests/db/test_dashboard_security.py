@@ -8,6 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import time_machine
@@ -34,7 +35,9 @@ def test_it_refuses_logins_after_five_failures_per_user_and_address(client):
     make_user("olivia", "operator")
     for _ in range(login_throttle.MAX_FAILURES):
         assert _login(client, "olivia", "wrong").status_code == 200
-    refused = _login(client, "olivia", PASSWORD)
+    with patch("django.contrib.auth.forms.authenticate") as authenticate:
+        refused = _login(client, "olivia", PASSWORD)
+    authenticate.assert_not_called()  # refused before any password check
     assert refused.status_code == 429
     assert b"Too many failed log-in attempts" in refused.content
     assert "_auth_user_id" not in client.session
