@@ -124,20 +124,34 @@ def close_providers() -> None:
 # --- datasets (spec + provider options), cached briefly ----------------------------------------
 
 _DATASET_TTL = 2.0
-_datasets: dict[int, tuple[float, str, dict[str, Any]]] = {}
+_datasets: dict[int, tuple[float, tuple[str, str], dict[str, Any]]] = {}
 
 
-def _dataset_info(ids: set[int]) -> dict[int, tuple[str, dict[str, Any]]]:
+def _dataset_info(claimed: list[Claimed]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """{dataset id: (provider name, spec)}; specs are cached for a moment per process.
+
+    The provider name comes from the claim itself (always current); a cached spec is used
+    only while its dataset still has the same name and provider (ids can be reused in tests).
+    """
     from recovery.models import Dataset
 
     now = time.monotonic()
-    missing = {i for i in ids if i not in _datasets or now - _datasets[i][0] > _DATASET_TTL}
+    wanted = {c.dataset_id: (c.dataset, c.provider) for c in claimed}
+
+    def fresh(pk: int) -> bool:
+        entry = _datasets.get(pk)
+        return bool(entry and now - entry[0] <= _DATASET_TTL and entry[1] == wanted[pk])
+
+    missing = [pk for pk in wanted if not fresh(pk)]
     if missing:
-        for pk, provider, spec in Dataset.objects.filter(pk__in=missing).values_list(
-            "pk", "provider", "spec"
+        for pk, name, provider, spec in Dataset.objects.filter(pk__in=missing).values_list(
+            "pk", "name", "provider", "spec"
         ):
-            _datasets[pk] = (now, provider, spec or {})
-    return {i: (_datasets[i][1], _datasets[i][2]) for i in ids if i in _datasets}
+            _datasets[pk] = (now, (name, provider), spec or {})
+    return {
+        pk: (provider, _datasets[pk][2] if pk in _datasets else {})
+        for pk, (_name, provider) in wanted.items()
+    }
 
 
 # --- execution ---------------------------------------------------------------------------------
@@ -203,7 +217,7 @@ def execute(
     """
     concurrency = concurrency or settings.SALVAGE_CONCURRENCY
     factory = provider_factory or default_provider_factory
-    info = _dataset_info({c.dataset_id for c in claimed})
+    info = _dataset_info(claimed)
     by_dataset: dict[int, list[int]] = defaultdict(list)
     for index, c in enumerate(claimed):
         by_dataset[c.dataset_id].append(index)
@@ -280,7 +294,7 @@ def _hand_over_remote(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
     remote_names = {name for name in names if remote.is_remote(name)}
     if not remote_names:
         return claimed
-    info = _dataset_info({c.dataset_id for c in claimed})
+    info = _dataset_info(claimed)
     handed = [c for c in claimed if c.provider in remote_names]
     remote.submit_claimed(
         worker_id, [c.task_input(info.get(c.dataset_id, ("", {}))[1]) for c in handed]
@@ -363,7 +377,8 @@ def run_forever(
     sleep = 0.05
     try:
         while not stop.is_set():
-            db.close_old_connections()  # drop a broken or too-old connection between steps
+            if not connection.in_atomic_block:  # (a test's transaction must stay open)
+                db.close_old_connections()  # drop a broken or too-old connection between steps
             if time.monotonic() - last_hooks >= RESTART_HOOK_INTERVAL:
                 for hook in RESTART_HOOKS:
                     hook(worker_id)
