@@ -590,6 +590,8 @@ def claim_unsent(worker_id: str, limit: int = 20) -> list[int]:
     """Lease `created` jobs that no sender ever took (retry and replacement jobs)."""
     from recovery.models import RemoteJob
 
+    if not RemoteJob.objects.filter(state=RemoteJobState.CREATED, lease_token=0).exists():
+        return []  # a plain read first (see claim_due_polls)
     with transaction.atomic():
         pks = list(
             RemoteJob.objects.select_for_update(skip_locked=True)
@@ -770,6 +772,13 @@ def claim_due_polls(worker_id: str, limit: int = 50) -> list[tuple[int, int]]:
     from recovery.models import RemoteJob
 
     now = timezone.now()
+    due = RemoteJob.objects.filter(state__in=list(POLLABLE), next_poll_at__lte=now).filter(
+        Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+    )
+    # A plain read first: the worker loop calls this every iteration, and on SQLite a write
+    # transaction takes the database's only write lock even when nothing is due.
+    if not due.exists():
+        return []
     with transaction.atomic():
         pks = list(
             RemoteJob.objects.select_for_update(skip_locked=True)
