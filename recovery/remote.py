@@ -18,10 +18,15 @@ Submission and collection are two separate steps, each safe to crash in:
    Retry-After; 404 -> `lookup_failed` (polling stops); SUCCESS / FAILURE / REVOKED are final.
 4. **Import**: result items are written idempotently by (job, item_index) and mapped onto our
    tasks and observations in the transaction that marks the job `completed`, fenced by the
-   job's lease token. Per-item failures are classified with the retry table; only retriable
-   items go into a *new* job with a new attempt (RemoteJobItem.retried_in).
+   job's lease token; each task's outcome goes through the engine's fenced commit
+   (`leases.commit_outcomes` under owner "remote:<job pk>"). Per-item failures are classified
+   with the retry table; a retriable one sends its task to retry_wait and its next submission
+   is a *new* job with a new attempt (RemoteJobItem.retried_in); the job is never resubmitted.
 
-Providers implement `RemoteProvider` (below); they never touch the database.
+Entry points: the engine's worker hands claimed tasks of a remote dataset to `submit_claimed`
+and runs `worker_step` every loop (registered below); the dispatcher's tick hook wakes
+`recovery.remote_tasks.poll_remote_jobs` in django-q2 mode. Providers implement
+`RemoteProvider` (below); they never touch the database.
 """
 
 from __future__ import annotations
