@@ -660,3 +660,55 @@ def test_tls_refuses_a_certificate_for_another_name(tls_server, transport, host,
     assert error.error_class is ErrorClass.BLOCKED
     assert f"TLS certificate of {host!r} not accepted: " in error.detail
     assert "mismatch" in error.detail
+
+
+# --- decoding (pure) --------------------------------------------------------------------------
+
+
+def make_page(body: bytes, content_type: str = "text/html"):
+    import httpx
+
+    from recovery.http import Page
+
+    return Page(
+        url="http://x/",
+        status=200,
+        headers=httpx.Headers({"content-type": content_type}),
+        body=body,
+    )
+
+
+def test_the_declared_charset_is_used():
+    body = "£5".encode("latin-1")
+    text, encoding, lossy = make_page(body, "text/html; charset=ISO-8859-1").text()
+    assert (text, encoding, lossy) == ("£5", "iso8859-1", False)
+
+
+def test_a_meta_charset_is_used_when_the_header_has_none():
+    body = '<meta charset="windows-1252"><p>€5</p>'.encode("cp1252")
+    text, encoding, lossy = make_page(body).text()
+    assert "€5" in text and encoding == "cp1252" and not lossy
+
+
+def test_bytes_invalid_in_the_declared_charset_are_bad_encoding():
+    with pytest.raises(FetchError) as info:
+        make_page(b"<h1>\xff\xfe ok</h1>", "text/html; charset=utf-8").text()
+    assert info.value.error_class is ErrorClass.BAD_ENCODING
+    assert "byte 4" in info.value.detail
+
+
+def test_undeclared_non_utf8_falls_back_to_windows_1252_flagged_lossy():
+    text, encoding, lossy = make_page("café".encode("cp1252")).text()
+    assert (text, encoding, lossy) == ("café", "cp1252", True)
+
+
+@pytest.mark.parametrize("content_type", ["image/png", "application/pdf", "application/zip"])
+def test_binary_content_is_bad_encoding(content_type):
+    with pytest.raises(FetchError) as info:
+        make_page(b"\x89PNG\r\n", content_type).text()
+    assert info.value.error_class is ErrorClass.BAD_ENCODING
+
+
+def test_an_unknown_charset_name_falls_back_to_utf8():
+    text, encoding, _ = make_page(b"ok", "text/html; charset=x-no-such").text()
+    assert (text, encoding) == ("ok", "utf-8")
