@@ -223,7 +223,10 @@ def extract_links(
     except SelectolaxError:
         raise ExtractionError("links", f"invalid CSS selector {links['selector']!r}") from None
     base = base_url(tree, page_url)
-    patterns = [re.compile(p) for p in links.get("allow", [])]
+    try:
+        patterns = [re.compile(p) for p in links.get("allow", [])]
+    except re.error as exc:
+        raise ExtractionError("links", f"invalid allow pattern: {exc}") from None
     own_host = urlsplit(canonical_url(page_url)).netloc
     seen: dict[str, None] = {}
     for node in nodes:

@@ -228,3 +228,10 @@ def test_offset_of_reads_the_offset_parameter():
     assert extraction.offset_of("http://s/listing?limit=20&offset=40") == 40
     assert extraction.offset_of("http://s/listing?cursor=abc") is None
     assert extraction.offset_of("http://s/listing?start=5", "start") == 5
+
+
+def test_an_invalid_allow_pattern_is_a_selector_failure():
+    with pytest.raises(ExtractionError, match="invalid allow pattern"):
+        extract_links(
+            tree('<a class="product-link" href="/x">x</a>'), {**LINKS, "allow": ["("]}, "http://s/"
+        )
