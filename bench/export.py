@@ -1,6 +1,6 @@
 """Export throughput and peak memory against PostgreSQL's own COPY, in one run.
 
-    python bench/export.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME] [--keep]
+    python bench/export.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME] [--keep|--reuse]
 
 1. Drops and creates a scratch database (BENCH_DATABASE_URL or DATABASE_URL names the server;
    default postgres://postgres@127.0.0.1:5432/postgres), migrates it, and generates one
@@ -186,10 +186,18 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--pg-name", default="bench_export_scratch")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse a scratch database kept (--keep) by an earlier run with the same sizes",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
-    url = scratch_database(args.pg_name)
+    if args.reuse:
+        url = urlunsplit(urlsplit(server_url())._replace(path=f"/{args.pg_name}"))
+    else:
+        url = scratch_database(args.pg_name)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SALVAGE_INSECURE_DEV_KEY", "1")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recovery.settings")
@@ -203,26 +211,34 @@ def main() -> int:
     from recovery import counters, specs
     from recovery.models import Dataset, Run
 
-    print(f"scratch database {args.pg_name}: migrating and generating {sizes}", flush=True)
-    call_command("migrate", verbosity=0)
-    spec = specs.validate(SPEC)
-    dataset = Dataset.objects.create(
-        name=spec["name"], spec=spec, spec_sha256=specs.spec_sha256(spec), provider="noop"
-    )
     runs: dict[int, int] = {}
-    for n in sizes:
-        t0 = time.perf_counter()
-        run = Run.objects.create(
-            dataset=dataset,
-            window=f"w{n}",
-            acceptance_state="accepted",
-            accepted_at=timezone.now(),
-            accepted_by="bench",
+    if args.reuse:
+        for n in sizes:
+            run = Run.objects.filter(dataset__name=SPEC["name"], window=f"w{n}").first()
+            if run is None or run.observations.count() != n:
+                raise SystemExit(f"--reuse: {args.pg_name} has no run of {n} observations")
+            runs[n] = run.pk
+        print(f"reusing scratch database {args.pg_name}", flush=True)
+    else:
+        print(f"scratch database {args.pg_name}: migrating and generating {sizes}", flush=True)
+        call_command("migrate", verbosity=0)
+        spec = specs.validate(SPEC)
+        dataset = Dataset.objects.create(
+            name=spec["name"], spec=spec, spec_sha256=specs.spec_sha256(spec), provider="noop"
         )
-        generate(run.pk, dataset.name, run.window, n)
-        counters.rebuild(run.pk)
-        runs[n] = run.pk
-        print(f"  {n:>9,} rows generated in {time.perf_counter() - t0:.1f} s", flush=True)
+        for n in sizes:
+            t0 = time.perf_counter()
+            run = Run.objects.create(
+                dataset=dataset,
+                window=f"w{n}",
+                acceptance_state="accepted",
+                accepted_at=timezone.now(),
+                accepted_by="bench",
+            )
+            generate(run.pk, dataset.name, run.window, n)
+            counters.rebuild(run.pk)
+            runs[n] = run.pk
+            print(f"  {n:>9,} rows generated in {time.perf_counter() - t0:.1f} s", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE recovery_observation")
         cursor.execute("VACUUM ANALYZE recovery_task")
@@ -298,7 +314,7 @@ def main() -> int:
                 "reps": len(got),
             }
         )
-    if not args.keep:
+    if not (args.keep or args.reuse):
         drop_database(args.pg_name)
     print(
         json.dumps(

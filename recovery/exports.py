@@ -130,7 +130,7 @@ _PROVENANCE_SQL = (
     "o.entity_key",
     'o."window"',
     "o.partition",
-    "t.task_key",
+    "(SELECT t.task_key FROM recovery_task t WHERE t.id = o.source_task_id)",
     "o.scraper_version",
     "o.version::text",
 )
@@ -145,25 +145,29 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
     fields = columns(run)[len(PROVENANCE) :]
     params: list = []
     if fmt == "csv":
-        inner = [f"coalesce({expr}, '') AS c{i}" for i, expr in enumerate(_PROVENANCE_SQL)]
+        cells = [f"coalesce({expr}, '') AS c{i}" for i, expr in enumerate(_PROVENANCE_SQL)]
         for i, name in enumerate(fields, start=len(_PROVENANCE_SQL)):
-            inner.append(f"coalesce(o.payload ->> %s, '') AS c{i}")
+            cells.append(f"coalesce(o.payload ->> %s, '') AS c{i}")
             params.append(name)
         n_cols = len(_PROVENANCE_SQL) + len(fields)
-        line = " || ',' || ".join(_SQL_CELL.format(f"s.c{i}") for i in range(n_cols))
+        line = " || ',' || ".join(_SQL_CELL.format(f"c.c{i}") for i in range(n_cols))
+        # OFFSET 0 keeps the lateral subquery from being flattened, so each cell is computed
+        # once per row (not once per reference in the quoting expression).
+        source = f"CROSS JOIN LATERAL (SELECT {', '.join(cells)} OFFSET 0) c "
     else:
         pairs = [
             f"'{name}', {expr}" for name, expr in zip(PROVENANCE, _PROVENANCE_SQL, strict=True)
         ]
         pairs[-1] = "'version', o.version"
-        inner = [f"json_build_object({', '.join(pairs)}, 'payload', o.payload)::text AS line"]
-        line = "s.line"
+        line = f"json_build_object({', '.join(pairs)}, 'payload', o.payload)::text"
+        source = ""
+    # The cursor walks obs_run_valid_idx (run, validation_state, id) in id order: rows stream
+    # from the first fetch, nothing is sorted or hashed up front.
     sql = (
-        f"SELECT {line} FROM (SELECT o.id, {', '.join(inner)} "
-        "FROM recovery_observation o JOIN recovery_task t ON t.id = o.source_task_id "
+        f"SELECT {line} FROM recovery_observation o {source}"
         "WHERE o.run_id = %s AND o.validation_state = %s AND o.partition NOT IN "
-        "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined)"
-        ") s ORDER BY s.id"
+        "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "
+        "ORDER BY o.id"
     )
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
