@@ -73,6 +73,13 @@ def move(
         if owner is None or lease_token is None:
             raise IllegalTransition("task: moves out of leased need owner and lease_token")
         filters.update(lease_owner=owner, lease_token=lease_token)
+    elif owner is not None or lease_token is not None:
+        # They are the fence, not new values: silently ignoring them here once let a caller
+        # believe move(..., LEASED, lease_token=n) had set a new token. Claims set the lease
+        # (recovery.leases); pass lease_owner=... in **fields to set an owner.
+        raise IllegalTransition(
+            f"task: owner/lease_token fence moves out of leased; {source} -> {target} has none"
+        )
     if target != TaskState.LEASED:
         fields.setdefault("lease_owner", "")
         fields.setdefault("lease_until", None)

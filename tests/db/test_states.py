@@ -122,6 +122,8 @@ def leased_task(state: str, *, owner="w1", token=7) -> Task:
 @pytest.mark.parametrize(("source", "target", "allowed"), edges(TaskState.values, TASK_EDGES))
 def test_task_edges(source, target, allowed):
     t = leased_task(source)
+    # Only moves out of a lease present one (its owner and token are the fence).
+    lease = {"owner": "w1", "lease_token": 7} if source == "leased" != target else {}
     before = counters.by_state(t.run_id)
     if not allowed:
         with pytest.raises(IllegalTransition, match=f"{source} -> {target}"):
@@ -130,7 +132,7 @@ def test_task_edges(source, target, allowed):
         assert t.state == source
         assert counters.by_state(t.run_id) == before
         return
-    assert task.move(t, source, target, owner="w1", lease_token=7) is True
+    assert task.move(t, source, target, **lease) is True
     t.refresh_from_db()
     assert t.state == target
     if target != TaskState.LEASED:
@@ -140,7 +142,20 @@ def test_task_edges(source, target, allowed):
     assert counters.by_state(t.run_id) == expected
     # The same move again finds the row no longer in `source` (unless it is a self-loop).
     if source != target:
-        assert task.move(t, source, target, owner="w1", lease_token=7) is False
+        assert task.move(t, source, target, **lease) is False
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [("pending", "leased"), ("leased", "leased"), ("retry_wait", "pending")]
+)
+@pytest.mark.parametrize("fence", [{"owner": "w1"}, {"lease_token": 3}])
+def test_task_moves_without_a_lease_refuse_fence_arguments(source, target, fence):
+    # A lease_token here would be read as a fence and silently ignored, not set: refuse it.
+    t = leased_task(source)
+    with pytest.raises(IllegalTransition, match="fence moves out of leased"):
+        task.move(t, source, target, **fence)
+    t.refresh_from_db()
+    assert t.state == source
 
 
 @pytest.mark.parametrize("target", sorted(task.ALLOWED[TaskState.LEASED] - {TaskState.LEASED}))
