@@ -214,6 +214,7 @@ class Drill:
     worker_seq: int = 0
     worker_ids: dict[int, str] = field(default_factory=dict)  # pid -> lease owner
     webhook_secret: str = field(default_factory=lambda: "drill-" + secrets.token_hex(8))
+    held_keys: set[str] = field(default_factory=set)  # entity keys held by the quarantine
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -362,12 +363,17 @@ class Drill:
         return False
 
     def keep_workers_alive(self) -> None:
-        """A worker that exited on its own (not by our hand) is restarted and counted."""
+        """A worker that exited on its own (not by our hand) is restarted and counted; a fleet
+        that keeps dying (a broken database, a bad install) stops the drill."""
         for child in list(self.supervisor.children.values()):
             if child.name.startswith("worker-") and not child.alive():
-                self.figures.setdefault("collect", {}).setdefault("worker_exits", []).append(
-                    {"worker": child.name, "returncode": child.popen.returncode}
-                )
+                exits = self.figures.setdefault("collect", {}).setdefault("worker_exits", [])
+                exits.append({"worker": child.name, "returncode": child.popen.returncode})
+                if len(exits) > 20:
+                    raise RuntimeError(
+                        f"workers exited on their own {len(exits)} times; see "
+                        f"{self.workdir / 'logs' / (child.name + '.log')}"
+                    )
                 self.start_worker(child.name)
 
     # --- harms ------------------------------------------------------------------------------
@@ -676,6 +682,9 @@ def play(options: DrillOptions, workdir: Path, *, echo: Echo) -> dict[str, Any]:
             drill.start_worker()
         with Progress("drill", total=options.tasks, unit="tasks") as progress:
             collect = drill.collect(run_id, options.kills, progress)
+        collect["workers_exited_on_their_own"] = len(
+            drill.figures.get("collect", {}).get("worker_exits", [])
+        )
         report["scenarios"]["collect"] = collect
         report["scenarios"]["lease_expired_under_slow_worker"] = collect.pop("slow_worker")
 
@@ -794,8 +803,8 @@ def acceptance_properties(
     settings.SALVAGE_DESTINATION = f"{drill.base_url}/destination"
     steps = (
         ("quarantined_output_not_published", quarantine_property),
-        ("delivery_repeats_without_collection", delivery_property),
         ("repaired_partition_leaves_accepted_unchanged", repair_property),
+        ("delivery_repeats_without_collection", delivery_property),
         ("previous_dataset_available_until_replacement_passes", replacement_property),
     )
     for name, step in steps:
@@ -824,13 +833,25 @@ def _row_keys(rows: list[dict[str, Any]]) -> set[str]:
     return found
 
 
+def _evaluated(run_id: int) -> bool:
+    from recovery.models import AuditEntry
+
+    return AuditEntry.objects.filter(
+        action="run_candidate", object_type="run", object_id=str(run_id)
+    ).exists()
+
+
 def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str, Any]:
-    """Accept and publish a run whose bad partition is quarantined: its rows never leave."""
+    """Accept a run whose bad partition is quarantined: its held rows never leave (export);
+    after the repair the run is published and the published rows are checked again."""
     from recovery import acceptance
     from recovery.models import Observation, RunPartition
     from recovery.sandbox import site
 
     state = drill.wait_run_state(run_id, ("candidate",))
+    # The candidate move and its evaluation commit together; wait (bounded) to be sure.
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: _evaluated(run_id), timeout=60, what="the candidate's evaluation")
     bad = site.bad_retailer_for(drill.options.seed)
     quarantined = sorted(
         RunPartition.objects.filter(run_id=run_id, quarantined=True).values_list("name", flat=True)
@@ -839,25 +860,29 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
         validation_state="valid"
     )
     held_keys = set(held.values_list("entity_key", flat=True))
+    drill.held_keys = held_keys
     valid = Observation.objects.filter(run_id=run_id, validation_state="valid").count()
     diagnostics = _candidate_diagnostics(run_id)
     acceptance.accept_run(run_id, ACTOR)
-    acceptance.publish_run(run_id, ACTOR)
     rows = _export(run_id)
     leaked = len(_row_keys(rows) & held_keys)
-    return {
-        "ok": state == "candidate"
+    ok = (
+        state == "candidate"
         and bad in quarantined
         and len(held_keys) > 0
         and leaked == 0
-        and len(rows) == valid,
+        and len(rows) == valid
+    )
+    return {
+        "ok": ok,
         "state_before_accept": state,
+        "evaluated": _evaluated(run_id),
         "quarantined_partitions": quarantined,
         "held_observations": len(held_keys),
-        "published_rows": len(rows),
+        "accepted_rows_exported": len(rows),
         "valid_observations": valid,
-        "held_rows_published": leaked,
-        **({} if len(held_keys) and valid else {"diagnostics": diagnostics}),
+        "held_rows_exported": leaked,
+        **({} if ok else {"diagnostics": diagnostics}),
     }
 
 
@@ -883,9 +908,23 @@ def _candidate_diagnostics(run_id: int) -> dict[str, Any]:
                 "AND xact_start IS NOT NULL"
             )
             activity = [[str(v) for v in row] for row in cursor.fetchall()]
+    by_partition = (
+        Observation.objects.filter(run_id=run_id)
+        .values_list("partition", "validation_state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    from recovery.models import RunPartition
+
     return {
+        "partitions_quarantined": sorted(
+            RunPartition.objects.filter(run_id=run_id, quarantined=True).values_list(
+                "name", flat=True
+            )
+        ),
+        "validation_by_partition": [list(row) for row in by_partition],
         "open_transactions": activity,
-        "audit": audit[:10],
+        "audit": audit[:20],
         "validation_states": dict(
             Observation.objects.filter(run_id=run_id)
             .values_list("validation_state")
@@ -989,25 +1028,40 @@ def repair_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str, Any
         actor=ACTOR,
     )
     finished = drill.wait_terminal(run_id, Task.objects.filter(run_id=run_id).count())
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        acceptance.advance_runs()
-        batch.refresh_from_db()
-        if batch.state == RecoveryBatch.State.COMPLETED:
-            break
-        time.sleep(0.2)
+    # The workers complete the batch (their advance step); the drill only watches, so it
+    # adds no evaluation of its own to theirs.
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: RecoveryBatch.objects.filter(
+                pk=batch.pk, state=RecoveryBatch.State.COMPLETED
+            ).exists(),
+            timeout=min(drill.options.timeout, 120),
+            what="the recovery batch completing",
+        )
+    batch.refresh_from_db()
     unchanged = reruns.untouched_unchanged(batch)
     repaired_valid = Observation.objects.filter(
         run_id=run_id, partition=bad, validation_state="valid"
     ).count()
     repaired_total = Observation.objects.filter(run_id=run_id, partition=bad).count()
+    # Seed 002's last step: promote (publish) only after the repair revalidated.
+    acceptance.publish_run(run_id, ACTOR)
+    published = _export(run_id)
+    valid = Observation.objects.filter(run_id=run_id, validation_state="valid").count()
     return {
         "ok": bool(unchanged)
         and all(unchanged.values())
         and batch.state == RecoveryBatch.State.COMPLETED
         and finished
         and repaired_total > 0
-        and repaired_valid == repaired_total,
+        and repaired_valid == repaired_total
+        and len(published) == valid,
+        "published_rows": len(published),
+        **(
+            {}
+            if repaired_valid == repaired_total
+            else {"diagnostics": _candidate_diagnostics(run_id)}
+        ),
         "batch": batch.pk,
         "batch_tasks": batch.task_count,
         "batch_state": batch.state,
@@ -1028,7 +1082,7 @@ def replacement_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str
     bad = site.bad_retailer_for(seed)
     current_before = getattr(exports.current_run(DATASET), "pk", None)
     rows_before = len(_export(run_id))
-    checks: dict[str, Any] = {"current_before": current_before}
+    checks: dict[str, Any] = {"current_before": current_before, "rows_before": rows_before}
 
     # A replacement of only the bad retailer's products, with the fault back: it must fail.
     drill.sandbox_post("/_sandbox/faults", {"bad_retailer": True})
@@ -1062,6 +1116,8 @@ def replacement_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str
         and checks["current_while_good_is_candidate"] == run_id
         and checks["current_after_good_accepted"] == run3
     )
+    if not ok:
+        checks["diagnostics"] = _candidate_diagnostics(run_id)
     return {"ok": ok, "accepted_run": run_id, "failing_replacement": run2, **checks}
 
 

@@ -49,7 +49,10 @@ class Command(BaseCommand):
         if options["inner"]:
             drill.main_inner(opts, Path(options["inner"]), echo=echo)
             return
-        report = drill.run(opts, echo=echo)
+        try:
+            report = drill.run(opts, echo=echo)
+        except RuntimeError as exc:
+            raise CommandError(f"the drill could not run: {exc}", returncode=1) from None
         if options["json"]:
             self.stdout.write(json.dumps(report))
         else:
