@@ -16,6 +16,7 @@ JSONL: one object per line with the provenance keys and the payload as stored.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -122,9 +123,12 @@ def stream(run_id: int, fmt: str) -> Iterator[str]:
     return _csv(run) if fmt == "csv" else _jsonl(run)
 
 
-# PostgreSQL renders each output line itself, so Python only joins lines: per-row Python work
-# (csv.writer and JSON parsing per cell) was most of the export time. The rows still come from
-# a named (server-side) cursor, CHUNK_ROWS at a time, inside a transaction.
+# On PostgreSQL the database renders the output, so Python only passes text through:
+# per-row Python work (csv.writer, JSON parsing per cell) was most of the export time.
+# CSV: COPY (SELECT ...) TO STDOUT (FORMAT csv, FORCE_QUOTE *), read block by block.
+# JSONL: one json_build_object line per row from a named (server-side) cursor.
+# Both walk obs_run_valid_idx (run, validation_state, id) in id order: rows stream from the
+# first block, nothing is sorted or hashed up front.
 _PROVENANCE_SQL = (
     "o.observation_key",
     "o.entity_key",
@@ -134,10 +138,15 @@ _PROVENANCE_SQL = (
     "o.scraper_version",
     "o.version::text",
 )
-# Neutralise (a leading = + - @ tab or CR gets an apostrophe), then quote (every cell).
-_SQL_CELL = (
-    "'\"' || replace(CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', chr(9), chr(13)) "
-    "THEN '''' || {0} ELSE {0} END, '\"', '\"\"') || '\"'"
+# Provenance cells that cannot start with a formula character (hex keys, a number).
+_NEVER_FORMULA = frozenset({"observation_key", "source_task_key", "version"})
+_SQL_NEUTRALISE = (
+    "CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', chr(9), chr(13)) THEN '''' || {0} ELSE {0} END"
+)
+_SQL_WHERE = (
+    "WHERE o.run_id = %s AND o.validation_state = %s AND o.partition NOT IN "
+    "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "
+    "ORDER BY o.id"
 )
 
 
@@ -149,52 +158,65 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
         for i, name in enumerate(fields, start=len(_PROVENANCE_SQL)):
             cells.append(f"coalesce(o.payload ->> %s, '') AS c{i}")
             params.append(name)
-        n_cols = len(_PROVENANCE_SQL) + len(fields)
-        line = " || ',' || ".join(_SQL_CELL.format(f"c.c{i}") for i in range(n_cols))
+        out = [
+            f"c.c{i}"
+            if i < len(PROVENANCE) and name in _NEVER_FORMULA
+            else _SQL_NEUTRALISE.format(f"c.c{i}")
+            for i, name in enumerate([*PROVENANCE, *fields])
+        ]
         # OFFSET 0 keeps the lateral subquery from being flattened, so each cell is computed
-        # once per row (not once per reference in the quoting expression).
-        source = f"CROSS JOIN LATERAL (SELECT {', '.join(cells)} OFFSET 0) c "
+        # once per row (not once per reference in the CASE).
+        sql = (
+            f"COPY (SELECT {', '.join(out)} FROM recovery_observation o "
+            f"CROSS JOIN LATERAL (SELECT {', '.join(cells)} OFFSET 0) c {_SQL_WHERE}) "
+            "TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
+        )
     else:
         pairs = [
             f"'{name}', {expr}" for name, expr in zip(PROVENANCE, _PROVENANCE_SQL, strict=True)
         ]
         pairs[-1] = "'version', o.version"
         line = f"json_build_object({', '.join(pairs)}, 'payload', o.payload)::text"
-        source = ""
-    # The cursor walks obs_run_valid_idx (run, validation_state, id) in id order: rows stream
-    # from the first fetch, nothing is sorted or hashed up front.
-    sql = (
-        f"SELECT {line} FROM recovery_observation o {source}"
-        "WHERE o.run_id = %s AND o.validation_state = %s AND o.partition NOT IN "
-        "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "
-        "ORDER BY o.id"
-    )
+        sql = f"SELECT {line} FROM recovery_observation o {_SQL_WHERE}"
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
+
+
+def _header(run: Run) -> str:
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow(
+        [neutralise(c) for c in columns(run)]
+    )
+    return header.getvalue()
 
 
 def _pg_lines(run: Run, fmt: str) -> Iterator[str]:
     sql, params = _pg_query(run, fmt)
-    newline = "\r\n" if fmt == "csv" else "\n"
-    parts: list[str] = []
+    parts: list[str] = [_header(run)] if fmt == "csv" else []
     size = 0
-    if fmt == "csv":
-        header = io.StringIO()
-        csv.writer(header, lineterminator=newline, quoting=csv.QUOTE_ALL).writerow(
-            [neutralise(c) for c in columns(run)]
-        )
-        parts.append(header.getvalue())
     with transaction.atomic():
         connection.ensure_connection()
-        name = f"salvage_export_{uuid.uuid4().hex}"
-        with connection.connection.cursor(name=name) as cursor:
-            cursor.itersize = CHUNK_ROWS
-            cursor.execute(sql, params)
-            for (line,) in cursor:
-                parts.append(line + newline)
-                size += len(line)
-                if size >= FLUSH_BYTES:
-                    yield "".join(parts)
-                    parts, size = [], 0
+        if fmt == "csv":
+            # COPY blocks may split a UTF-8 character: decode incrementally.
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
+                for block in copy:
+                    parts.append(decoder.decode(block))
+                    size += len(block)
+                    if size >= FLUSH_BYTES:
+                        yield "".join(parts)
+                        parts, size = [], 0
+                parts.append(decoder.decode(b"", final=True))
+        else:
+            name = f"salvage_export_{uuid.uuid4().hex}"
+            with connection.connection.cursor(name=name) as cursor:
+                cursor.itersize = CHUNK_ROWS
+                cursor.execute(sql, params)
+                for (line,) in cursor:
+                    parts.append(line + "\n")
+                    size += len(line)
+                    if size >= FLUSH_BYTES:
+                        yield "".join(parts)
+                        parts, size = [], 0
     yield "".join(parts)
 
 
@@ -215,8 +237,8 @@ def _csv(run: Run) -> Iterator[str]:
     header = columns(run)
     fields = header[len(PROVENANCE) :]
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n", quoting=csv.QUOTE_ALL)
-    writer.writerow([neutralise(c) for c in header])
+    writer = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    buffer.write(_header(run))
     loads = json.loads
     with _cursor_scope():
         rows = _rows(
