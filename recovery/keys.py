@@ -34,9 +34,58 @@ def _is_tracking(key: str) -> bool:
     return lowered in TRACKING_PARAMS or lowered.startswith(TRACKING_PREFIXES)
 
 
+# The common spelling: ASCII host, optional port, a path and query with nothing to decode or
+# encode. Such URLs take the fast path below; anything else (and any doubt) the full one.
+_SIMPLE = re.compile(
+    r"(?P<scheme>[Hh][Tt][Tt][Pp][Ss]?)://(?P<host>[A-Za-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?"
+    r"(?P<path>/[A-Za-z0-9/:@!$&'()*+,;=._~-]*)?(?:\?(?P<query>[A-Za-z0-9._~=&-]*))?"
+    r"(?:#[^\r\n\t]*)?"
+)
+
+
 def canonical_url(url: str) -> str:
     """Lower-case scheme and host, default port dropped, fragment dropped, query keys sorted,
     tracking parameters removed, path percent-encoding normalised."""
+    if isinstance(url, str):
+        fast = _canonical_simple(url)
+        if fast is not None:
+            return fast
+    return _canonical_full(url)
+
+
+def _canonical_simple(url: str) -> str | None:
+    """canonical_url for URLs that need no decoding (a manifest's usual case, ~2x faster);
+    None when the full parser must decide. tests/unit/test_keys.py checks it agrees with
+    _canonical_full on generated URLs."""
+    match = _SIMPLE.fullmatch(url)
+    if match is None:
+        return None
+    scheme, host, port, path, query = match.group("scheme", "host", "port", "path", "query")
+    scheme = scheme.lower()
+    host = host.lower().rstrip(".")
+    if not host or len(host) > 253 or not all(_LABEL.match(label) for label in host.split(".")):
+        return None
+    if port is not None:
+        number = int(port)
+        if not 0 < number <= 65535:
+            return None
+        if number != DEFAULT_PORTS[scheme]:
+            host = f"{host}:{number}"
+    pairs = []
+    for piece in (query or "").split("&"):
+        if not piece:
+            continue
+        key, _, value = piece.partition("=")
+        if "=" in value:
+            return None  # urlencode would encode it
+        if not _is_tracking(key):
+            pairs.append((key, value))
+    pairs.sort()
+    out = f"{scheme}://{host}{path or '/'}"
+    return out + "?" + "&".join(f"{k}={v}" for k, v in pairs) if pairs else out
+
+
+def _canonical_full(url: str) -> str:
     if not isinstance(url, str) or not url.strip():
         raise InvalidURL("empty URL")
     raw = url.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import string
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from recovery import keys
@@ -178,3 +178,89 @@ def test_it_computes_the_same_key_from_a_canonical_url():
     assert keys.task_key("d", url, "w", "p") == keys.task_key_from_canonical(
         "d", keys.canonical_url(url), "w", "p"
     )
+
+
+def clean_or_tricky(clean: str, tricky: str, size: int):
+    """Mostly text the fast path takes, sometimes one character it must hand over."""
+    plain = st.text(clean, max_size=size)
+    odd = st.tuples(plain, st.sampled_from(tricky), plain).map("".join)
+    return st.one_of(plain, plain, plain, plain, plain, odd)
+
+
+QUERY_CLEAN = string.ascii_letters[:6] + "UTM_" + string.digits[:3] + ".-~"
+url_parts = st.tuples(
+    st.sampled_from(["http", "HTTP", "https", "hTTps", "http", "https", "ftp", ""]),
+    st.one_of(
+        hosts.map(str.upper),
+        hosts,
+        clean_or_tricky(string.ascii_letters + "._-", "@:[]é%. ", 12),
+    ),
+    st.sampled_from(["", "", "", ":80", ":0443", ":8080", ":", ":0", ":99999", ":x"]),
+    clean_or_tricky(string.ascii_letters + "/:@!$&'()*+,;=._~-", "%é #?[]", 12),
+    st.lists(
+        st.tuples(
+            clean_or_tricky(QUERY_CLEAN, "=+%é&/", 4), clean_or_tricky(QUERY_CLEAN, "=+%é/?#", 4)
+        ),
+        max_size=4,
+    ),
+    st.sampled_from(["", "#", "#a?b=c", "#\t", "#é"]),
+)
+
+
+@settings(max_examples=400)
+@given(url_parts)
+def test_the_fast_path_agrees_with_the_full_parser(parts):
+    scheme, host, port, path, query, fragment = parts
+    q = "&".join(f"{k}={v}" for k, v in query)
+    url = f"{scheme}://{host}{port}/{path}" + (f"?{q}" if query else "") + fragment
+    fast = keys._canonical_simple(url)
+    try:
+        full = keys._canonical_full(url)
+    except keys.InvalidURL:
+        full = None
+    if fast is not None:
+        assert fast == full
+
+
+@given(schemes, hosts, paths, queries, st.sampled_from(["", ":80", ":443", ":8080", ":00081"]))
+def test_the_fast_path_takes_the_common_spellings(scheme, host, path, query, port):
+    url = build(scheme, host, path, query, port=port, fragment="#x")
+    assume("=" not in "".join(v for _, v in query))
+    fast = keys._canonical_simple(url)
+    assert fast is not None
+    assert fast == keys._canonical_full(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "HTTP://X.TEST:80/a?b=1&a=2#f",
+        "hTTps://Shop.Test:0443/p",
+        "http://x.test:8080/a?x",
+        "http://x.test/a?x=&y",
+        "http://x.test/?",
+        "http://x.test/a?=v",
+        "http://x.test/a?a=b=c",
+        "http://x.test/a?a+b=c+d",
+        "http://x.test./p",
+        "http://x.test/a?utm_source=1&UTM_x=2&gclid=3&keep=4",
+        "http://x.test/a?&&b=1&",
+        "http://x.test/p+q;r=s",
+        "https://x.test:443",
+        "http://x.test:0/",
+        "http://x.test:65536/",
+        "http://a..b/",
+        "http://x.test/a#b?c=1",
+        "http://x.test/a?b#c?d",
+        "http://127.0.0.1:8765/product/1",
+    ],
+)
+def test_the_fast_path_agrees_on_tricky_spellings(url):
+    fast = keys._canonical_simple(url)
+    try:
+        full = keys._canonical_full(url)
+    except keys.InvalidURL:
+        assert fast is None
+        return
+    assert fast in (None, full)
+    assert keys.canonical_url(url) == full
