@@ -2,15 +2,15 @@
 
 Only valid observations of accepted or published runs are exported: a candidate, rejected or
 collecting run is refused, and held (quarantined partition) or invalid observations are never
-included (guarantee 6). Rows come from a server-side cursor (`QuerySet.iterator`; a named cursor
-on PostgreSQL, read inside a transaction so it is not a WITH HOLD cursor that would be
-materialised first) in observation-id order, and are yielded in chunks of about 64 KB.
+included (guarantee 6). Rows are read in observation-id order and yielded in chunks of about
+64 KB: on PostgreSQL the database renders them (`_pg_lines`: CSV through COPY ... TO STDOUT,
+JSONL from a named cursor, both inside a transaction so nothing is materialised first); on
+SQLite they come from `QuerySet.iterator` and Python renders them (`_csv`, `_jsonl`).
 
 CSV: provenance columns, then the dataset's fields in a stable order (sorted by name: the spec
 is stored as jsonb, which does not keep key order); every cell is quoted. A cell that a
 spreadsheet would run as a formula (starting with =, +, -, @, tab or CR) gets a leading
-apostrophe. On PostgreSQL the database renders each line (`_pg_lines`); SQLite goes through
-Python (`_csv`, `_jsonl`); both give the same parsed rows.
+apostrophe. Lines end with LF. Both paths give the same bytes (tests/db/test_exports.py).
 JSONL: one object per line with the provenance keys and the payload as stored.
 """
 
