@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, TypeVar
+
+T = TypeVar("T")
 
 
 def _rate(n: float, seconds: float) -> float:
@@ -158,3 +161,48 @@ class Progress:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close("interrupted" if exc_type is KeyboardInterrupt else None)
+
+
+def counted(
+    iterable: Iterable[T],
+    label: str,
+    *,
+    total: int | None = None,
+    unit: str = "items",
+    count: Callable[[T], int] = lambda item: 1,
+    stream: IO[str] | None = None,
+) -> Iterator[T]:
+    """Yield from `iterable`, counting `count(item)` per item (e.g. rows in an export chunk)."""
+    with Progress(label, total=total, unit=unit, stream=stream) as progress:
+        for item in iterable:
+            yield item
+            progress.advance(count(item))
+
+
+def watch_worker(worker_id: str, *, stream: IO[str] | None = None) -> Progress:
+    """Show a `manage.py work` process's committed tasks and rate (from its heartbeat row).
+
+    Registered as a worker loop step (recovery.worker.register_step) that reads one indexed
+    row at most once a second and never claims it did work.
+    """
+    from recovery import worker
+    from recovery.models import WorkerHeartbeat
+
+    progress = Progress(f"work {worker_id}", unit="tasks committed", stream=stream)
+    last = [float("-inf")]
+
+    def step(_worker_id: str) -> bool:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            row = (
+                WorkerHeartbeat.objects.filter(worker=worker_id)
+                .values_list("committed", "claimed")
+                .first()
+            )
+            if row:
+                progress.update(row[0], note=f"claimed {row[1]:,}")
+        return False
+
+    worker.register_step(step)
+    return progress

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import exports, status
+from recovery import exports, progress, status
 from recovery.management.commands._accept_cli import refuse
 
 
@@ -39,6 +39,7 @@ class Command(BaseCommand):
             chunks = exports.stream(run.pk, options["format"])
         except exports.ExportError as exc:
             raise refuse(exc) from None
+        chunks = progress.counted(chunks, f"export run {run.pk}", unit="rows", count=_lines)
         output = options["output"]
         if not output:
             for chunk in chunks:
@@ -67,3 +68,7 @@ class Command(BaseCommand):
             Path(tmp).unlink(missing_ok=True)
             raise
         self.stdout.write(f"run {run.pk}: wrote {target} ({size} characters)")
+
+
+def _lines(chunk: str) -> int:
+    return chunk.count("\n")

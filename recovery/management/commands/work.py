@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import worker
+from recovery import progress, worker
 
 
 class Command(BaseCommand):
@@ -43,6 +43,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         worker_id = options["worker_id"] or worker.new_worker_id()
+        progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
         stats = worker.run_forever(
             worker_id,
             batch_size=options["batch"],
