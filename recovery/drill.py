@@ -1044,10 +1044,17 @@ def repair_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str, Any
         run_id=run_id, partition=bad, validation_state="valid"
     ).count()
     repaired_total = Observation.objects.filter(run_id=run_id, partition=bad).count()
-    # Seed 002's last step: promote (publish) only after the repair revalidated.
+    repaired_keys = set(
+        Observation.objects.filter(run_id=run_id, partition=bad).values_list(
+            "entity_key", flat=True
+        )
+    )
+    # Seed 002's last step: promote (publish) only after the repair revalidated. Every
+    # partition is good now, so the published dataset must be every observation of the run.
     acceptance.publish_run(run_id, ACTOR)
     published = _export(run_id)
-    valid = Observation.objects.filter(run_id=run_id, validation_state="valid").count()
+    everything = Observation.objects.filter(run_id=run_id).count()
+    repaired_published = len(_row_keys(published) & repaired_keys)
     return {
         "ok": bool(unchanged)
         and all(unchanged.values())
@@ -1055,11 +1062,14 @@ def repair_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str, Any
         and finished
         and repaired_total > 0
         and repaired_valid == repaired_total
-        and len(published) == valid,
+        and len(published) == everything
+        and repaired_published == len(repaired_keys),
         "published_rows": len(published),
+        "run_observations": everything,
+        "repaired_rows_published": repaired_published,
         **(
             {}
-            if repaired_valid == repaired_total
+            if repaired_valid == repaired_total and len(published) == everything
             else {"diagnostics": _candidate_diagnostics(run_id)}
         ),
         "batch": batch.pk,
