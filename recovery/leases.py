@@ -898,7 +898,8 @@ def _unnest(prefix: str, rows: list[list[Any]], types: Sequence[str]) -> tuple[s
     """
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(types)
     params = {f"{prefix}{i}": list(col) for i, col in enumerate(columns)}
-    sql = ", ".join(f"%({prefix}{i})s::{t}[]" for i, t in enumerate(types))
+    # %b: binary arrays (text arrays escape every element with a regex: ~10x the client CPU).
+    sql = ", ".join(f"%({prefix}{i})b::{t}[]" for i, t in enumerate(types))
     return f"SELECT * FROM unnest({sql})", params
 
 
