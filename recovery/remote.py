@@ -35,7 +35,6 @@ import asyncio
 import json
 import logging
 import re
-import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -1346,7 +1345,7 @@ def mark_due(job_pk: int) -> bool:
         )
 
 
-# --- the loop (the worker calls these steps; `run_loop` serves a dedicated poller process) ------
+# --- steps (the worker loop and the django-q2 entry point call these) ----------------------------
 
 
 def step(worker_id: str) -> bool:
@@ -1404,23 +1403,6 @@ def _register_with_worker() -> None:
     worker.register_step(worker_step)
     worker.register_idle_check(_has_live_jobs)
     dispatch.register_tick_hook(dispatch_hook)
-
-
-def run_loop(worker_id: str, *, until_idle: bool = False, idle_sleep: float = 0.2) -> None:
-    """Run `step` until SIGTERM/SIGINT (the current step finishes first)."""
-    stop = {"flag": False}
-
-    def ask_stop(signum, frame):
-        stop["flag"] = True
-
-    signal.signal(signal.SIGTERM, ask_stop)
-    signal.signal(signal.SIGINT, ask_stop)
-    while not stop["flag"]:
-        did = step(worker_id)
-        if not did:
-            if until_idle and not _has_live_jobs():
-                return
-            time.sleep(idle_sleep)
 
 
 def _has_live_jobs() -> bool:

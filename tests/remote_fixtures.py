@@ -60,29 +60,6 @@ def database_url() -> str:
     return f"sqlite:///{s['NAME']}"
 
 
-def start_worker(worker_id: str, env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    """A real process running recovery.remote.run_loop against the test database."""
-    full = dict(os.environ)
-    full.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": database_url(),
-            "SALVAGE_INSECURE_DEV_KEY": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    full.update(env)
-    code = (
-        "import django; django.setup(); "
-        "from recovery import remote; "
-        f"remote.run_loop({worker_id!r}, idle_sleep=0.05)"
-    )
-    log = open(log_path, "ab")  # noqa: SIM115 (closed by stop_worker via the process)
-    return subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env=full, stdout=log, stderr=subprocess.STDOUT
-    )
-
-
 def start_work(worker_id: str, env: dict[str, str], log_path: Path) -> subprocess.Popen:
     """A real `manage.py work` process (the engine's loop, with recovery.remote's step)."""
     full = dict(os.environ)
