@@ -141,15 +141,15 @@ def test_it_reads_one_url_a_line(shop, tmp_path):
     lines = createrun("shop", "--window", "w", "--manifest", path)
     assert Task.objects.count() == 2
     assert set(Task.objects.values_list("page_type", flat=True)) == {"product"}
-    assert "from 2 lines line(s)" in lines[0]
+    assert "from 2 text line(s)" in lines[0]
 
 
 @pytest.mark.parametrize(
     ("content", "fmt"),
     [
-        ('{"url": "http://a.test/product/1"}\n', "jsonl"),
-        ("url,priority\nhttp://a.test/product/1,1\n", "csv"),
-        ("http://a.test/product/1\n", "lines"),
+        ('{"url": "http://a.test/product/1"}\n', "JSON"),
+        ("url,priority\nhttp://a.test/product/1,1\n", "CSV"),
+        ("http://a.test/product/1\n", "text"),
     ],
 )
 def test_it_detects_the_format_by_content_without_a_known_extension(shop, tmp_path, content, fmt):

@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from recovery import manifests
 
+FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text"}
+
 
 class Command(BaseCommand):
     help = "Freeze a manifest (CSV, JSONL or one URL a line) into a run and its tasks."
@@ -41,7 +43,8 @@ class Command(BaseCommand):
         verb = "created" if result.created else "extended"
         line = (
             f"run {run.pk} {run.dataset.name}@{run.window} {verb}: {result.tasks_added} task(s) "
-            f"added from {m.lines_read} {m.format} line(s), manifest sha256 {m.sha256[:12]}"
+            f"added from {m.lines_read} {FORMAT_NAMES[m.format]} line(s), "
+            f"manifest sha256 {m.sha256[:12]}"
         )
         if result.already_present:
             line += f", {result.already_present} already in the run"
