@@ -191,6 +191,29 @@ def test_a_second_createrun_for_the_same_window_is_refused(shop, tmp_path):
     assert snapshot() == before
 
 
+def test_a_concurrent_createrun_of_the_same_window_loses_cleanly(shop, tmp_path, monkeypatch):
+    # Another process creates the run after our existence check, while we read the file: the
+    # database's unique (dataset, window) decides, and the loser writes nothing.
+    from recovery import manifests
+
+    real_parse = manifests.parse
+
+    def parse_while_another_process_wins(*args, **kwargs):
+        result = real_parse(*args, **kwargs)
+        Run.objects.create(dataset=shop, window="w")
+        return result
+
+    monkeypatch.setattr(manifests, "parse", parse_while_another_process_wins)
+    path = write(tmp_path, "m.txt", "http://a.test/product/1\n")
+    with pytest.raises(CommandError) as err:
+        createrun("shop", "--window", "w", "--manifest", path)
+    assert err.value.returncode == 2
+    assert "changed while the manifest was being written" in str(err.value)
+    assert Run.objects.count() == 1
+    assert not Task.objects.exists()
+    assert not TaskCountDelta.objects.exists()
+
+
 def test_add_inserts_only_new_task_keys(shop, tmp_path):
     first = write(tmp_path, "a.txt", "http://a.test/product/1\nhttp://a.test/product/2\n")
     (run_id,) = createrun("shop", "--window", "w", "--manifest", first)[-1:]
