@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python manage.py demo
+	SALVAGE_INSECURE_DEV_KEY=1 $(BIN)/python manage.py demo $(DEMO_ARGS)
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
