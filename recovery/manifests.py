@@ -92,7 +92,7 @@ def detect_format(path: Path, text: str) -> str:
     by_ext = _EXTENSIONS.get(path.suffix.lower())
     if by_ext:
         return by_ext
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = next((line.strip() for line in text.split("\n") if line.strip()), "")
     if first.startswith("{"):
         return "jsonl"
     header = [c.strip().lower() for c in next(csv.reader([first]), [])] if first else []
@@ -102,14 +102,18 @@ def detect_format(path: Path, text: str) -> str:
 
 
 def _raw_rows(fmt: str, text: str, errors: list[str]):
-    """Yield (line number, {column: value}) from the manifest text."""
+    """Yield (line number, {column: value}) from the manifest text.
+
+    Lines are split on "\n" only: str.splitlines also breaks at form feeds and Unicode line
+    separators, which would make the reported line numbers differ from an editor's.
+    """
     if fmt == "lines":
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):
             stripped = line.strip()
             if stripped and not stripped.startswith("#"):
                 yield number, {"url": stripped}
     elif fmt == "jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:

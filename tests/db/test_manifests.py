@@ -416,3 +416,15 @@ def test_the_example_manifest_loads(shop):
     run = Run.objects.get(pk=int(lines[-1]))
     assert run.task_total == 9  # ten lines, one a second spelling of product/1
     assert "1 duplicate URL(s) collapsed" in lines[1]
+
+
+@pytest.mark.parametrize("name", ["m.txt", "m.jsonl"])
+def test_line_numbers_match_an_editors_with_crlf_and_form_feeds(shop, tmp_path, name):
+    urls = ["http://a.test/1", "http://a.test/2\x0c\u2028", "ftp://a.test/3"]
+    if name.endswith(".jsonl"):
+        urls = [json.dumps({"url": u}, ensure_ascii=False) for u in urls]
+    path = write(tmp_path, name, "\r\n".join(urls) + "\r\n")
+    with pytest.raises(CommandError) as err:
+        createrun("shop", "--window", "w", "--manifest", path)
+    assert "1 bad line(s)" in str(err.value)
+    assert "line 3: invalid URL" in str(err.value)
