@@ -369,6 +369,10 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
                     "evaluated_at": now,
                 },
             )
+        # A rule dropped from the spec since the last evaluation no longer judges the run.
+        ValidationResult.objects.filter(run=run).exclude(
+            rule__in=[r["name"] for r in rules]
+        ).delete()
 
         failures = [
             f"{name}: {value:.4g} (threshold {threshold:.4g})"

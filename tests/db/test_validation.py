@@ -97,3 +97,14 @@ def test_required_and_outcome_ratio_rules():
     assert sorted(Task.objects.filter(run=run).values_list("state", flat=True)) == (
         ["committed"] * 8 + ["quarantined"] * 2
     )
+
+
+def test_a_rule_removed_from_the_spec_stops_judging_the_run():
+    run = make_collected_run({"a": "good"}, per_partition=4)
+    Observation.objects.filter(run=run).update(payload={"title": "x", "price": "1", "sku": "bad"})
+    assert not validation.evaluate(run.pk).passed
+    dataset = run.dataset
+    dataset.spec["rules"] = [r for r in dataset.spec["rules"] if r["name"] != "sku_pattern"]
+    dataset.save(update_fields=["spec"])
+    assert validation.evaluate(run.pk).passed
+    assert not ValidationResult.objects.filter(run=run, rule="sku_pattern").exists()
