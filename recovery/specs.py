@@ -156,11 +156,22 @@ def _version(value: Any, where: str) -> str:
     return version
 
 
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
 def _selector(value: Any, where: str) -> str:
+    """A CSS selector the extraction engine can run, checked now rather than on the first page."""
+    from selectolax.lexbor import LexborHTMLParser, SelectolaxError
+
     selector = _str(value, where)
-    # selectolax raises on bad selectors only at match time; catch the worst here cheaply.
-    if selector.count("[") != selector.count("]") or selector.count("(") != selector.count(")"):
+    # lexbor forgives an unclosed bracket ("div[x" matches nothing, silently): refuse it here.
+    bare = _QUOTED.sub("", selector)
+    if bare.count("[") != bare.count("]") or bare.count("(") != bare.count(")"):
         raise SpecError(f"{where}: unbalanced brackets in CSS selector {selector!r}")
+    try:
+        LexborHTMLParser("<p></p>").css_first(selector)
+    except SelectolaxError:
+        raise SpecError(f"{where}: invalid CSS selector {selector!r}") from None
     return selector
 
 

@@ -83,6 +83,11 @@ def test_the_same_spec_in_toml_and_json_has_one_hash(tmp_path):
     assert specs.spec_sha256(specs.validate(changed)) != specs.spec_sha256(from_toml)
 
 
+def test_it_accepts_brackets_inside_quoted_attribute_values():
+    raw = mutate("page_types.product.fields.sku.selector", 'a[href*="]"]')
+    assert specs.validate(raw)["page_types"]["product"]["fields"]["sku"]["selector"]
+
+
 def test_it_keeps_the_default_page_type_explicit():
     raw = copy.deepcopy(MINIMAL)
     raw["page_types"]["category"] = {"links": {"selector": "a", "page_type": "product"}}
@@ -127,6 +132,9 @@ DELETE = object()
         ("page_types.product.fields.sku.requried", True, "fields.sku.requried: unknown key"),
         ("page_types.product.fields.sku.type", "float", "fields.sku.type: 'float' is not one"),
         ("page_types.product.fields.sku.selector", "div[x", "unbalanced brackets"),
+        ("page_types.product.fields.sku.selector", "div >> p", "invalid CSS selector"),
+        ("page_types.product.fields.sku.selector", "a,,b", "invalid CSS selector"),
+        ("page_types.product.expect", {"selector": "::bogus"}, "expect.selector: invalid CSS"),
         ("page_types.product.challenge", {"text": "(unclosed"}, "challenge.text: invalid regular"),
         ("page_types.product.expect", {}, "expect: needs a selector and/or a text pattern"),
         ("page_types.product.empty_shell", {}, "empty_shell.min_text_chars: required"),
