@@ -38,6 +38,25 @@ def committed(db_path) -> int:
     return row[0]
 
 
+def demo_counts(db_path) -> dict[str, int]:
+    """The demo run's tasks (all, committed, terminal) and observations, read-only."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as conn:
+        run = "(SELECT r.id FROM recovery_run r JOIN recovery_dataset d ON d.id = r.dataset_id "
+        run += "WHERE d.name = 'demo-shop')"
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "tasks": one(f"SELECT count(*) FROM recovery_task WHERE run_id IN {run}"),
+            "committed": one(
+                f"SELECT count(*) FROM recovery_task WHERE run_id IN {run} AND state = 'committed'"
+            ),
+            "terminal": one(
+                f"SELECT count(*) FROM recovery_task WHERE run_id IN {run} "
+                "AND state IN ('committed', 'quarantined', 'gone', 'dead')"
+            ),
+            "observations": one(f"SELECT count(*) FROM recovery_observation WHERE run_id IN {run}"),
+        }
+
+
 def group_gone(pid: int) -> bool:
     try:
         os.killpg(pid, 0)
@@ -119,3 +138,38 @@ def test_it_serves_the_dashboard_makes_progress_and_stops_every_child(tmp_path):
     assert "demo stopped" in text
     for name, pid in children.items():
         assert group_gone(pid), f"{name} (pid {pid}) survived the demo's Ctrl-C"
+
+    # A second demo on the same data directory continues the same run: the same users and
+    # passwords, no new run, nothing lost and nothing duplicated.
+    before = demo_counts(data_dir / "salvage.sqlite3")
+    out2 = tmp_path / "demo2.out"
+    with open(out2, "wb") as sink:
+        again = subprocess.Popen(
+            argv, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_until(
+            lambda: "Dashboard: " in out2.read_text() or again.poll() is not None,
+            timeout=240,
+            what="the second demo's URL",
+        )
+        assert "exists: continuing where it stopped" in out2.read_text(), out2.read_text()
+        wait_until(
+            lambda: demo_counts(data_dir / "salvage.sqlite3")["terminal"] == 200,
+            timeout=240,
+            what="the demo run finishing",
+        )
+    finally:
+        if again.poll() is None:
+            again.send_signal(signal.SIGINT)
+        try:
+            again.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(again.pid, signal.SIGKILL)
+            raise
+    assert again.returncode == 0, out2.read_text()
+    after = demo_counts(data_dir / "salvage.sqlite3")
+    assert after["tasks"] == before["tasks"] == 200
+    assert after["committed"] >= before["committed"]
+    assert after["observations"] == after["committed"]  # one observation per committed page
+    assert passwords["operator"] in out2.read_text()  # the same logins
