@@ -331,7 +331,7 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
             echo(f"(passwords are also in {data_dir / 'demo-passwords'}; Ctrl-C stops the demo)")
             echo(f"Logs: {demo_dir() / 'logs'}")
             echo("")
-            if open_browser:
+            if open_browser and _has_desktop():
                 with contextlib.suppress(Exception):
                     webbrowser.open(url)
             total = sum(counters.by_state(run_id).values())
@@ -358,3 +358,11 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
 def _states_note(by_state: dict[str, int]) -> str:
     order = ("committed", "leased", "retry_wait", "quarantined", "gone", "dead")
     return " ".join(f"{s}={by_state[s]}" for s in order if by_state.get(s))
+
+
+def _has_desktop() -> bool:
+    """Only a desktop session gets a browser: on a server, webbrowser.open would start a text
+    browser in this very terminal."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
