@@ -4,6 +4,7 @@ here returns only after our COMMIT (commit first, acknowledge second)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from recovery import worker
@@ -14,8 +15,6 @@ _worker_id: str | None = None
 def _process_worker_id() -> str:
     # One lease owner per django-q2 worker process (a respawned process gets a new one).
     global _worker_id
-    import os
-
     if _worker_id is None or f"-{os.getpid()}-" not in _worker_id:
         _worker_id = worker.new_worker_id("q")
     return _worker_id
