@@ -27,7 +27,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while sync_playwright() is open its event loop counts as running
+# in the main thread, and every later test that calls asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def browser():
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
