@@ -34,7 +34,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -629,6 +629,14 @@ def not_ok(reason: str, **figures: Any) -> dict[str, Any]:
     return {"ok": False, "reason": reason, **figures}
 
 
+def _guarded(check: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run one check; an exception is a failed check with its reason, not a lost report."""
+    try:
+        return check(*args)
+    except Exception as exc:
+        return not_ok(f"{type(exc).__name__}: {exc}"[:500])
+
+
 def missing_module(*names: str) -> str | None:
     import importlib.util
 
@@ -727,11 +735,13 @@ def play(options: DrillOptions, workdir: Path, *, echo: Echo) -> dict[str, Any]:
             "committed_without_committed_attempt": tasks["committed_without_committed_attempt"],
             "observations_without_source_attempt": tasks["observations_without_source_attempt"],
         }
-        report["scenarios"]["retry_after_both_forms"] = retry_after_figures(run_id, options.seed)
+        report["scenarios"]["retry_after_both_forms"] = _guarded(
+            retry_after_figures, run_id, options.seed
+        )
 
         # 4. Acceptance, repair, delivery and the replacement dataset.
         acceptance_properties(drill, run_id, props, report["scenarios"])
-        report["scenarios"]["webhook_twice_and_continue"] = webhook_scenario(drill)
+        report["scenarios"]["webhook_twice_and_continue"] = _guarded(webhook_scenario, drill)
 
     report["kills"] = drill.kills
     report["seconds"] = round(time.monotonic() - started, 1)
@@ -1262,10 +1272,6 @@ def webhook_scenario(drill: Drill) -> dict[str, Any]:
 def options_from(values: dict[str, Any]) -> DrillOptions:
     known = {k: v for k, v in values.items() if k in DrillOptions.__dataclass_fields__}
     return DrillOptions(**{k: v for k, v in known.items() if v is not None})
-
-
-def as_dict(options: DrillOptions) -> dict[str, Any]:
-    return asdict(options)
 
 
 def main_inner(options: DrillOptions, workdir: Path, *, echo: Echo) -> int:
