@@ -49,7 +49,8 @@ def test_every_property_of_seed_002_holds_under_kills(tmp_path):
     assert not undone, json.dumps(undone, indent=1)
 
     assert report["tasks"] >= TASKS
-    assert report["kills"] >= KILLS
+    assert report["scenarios"]["collect"]["kills"] == KILLS  # at random moments, plus
+    assert report["kills"] >= KILLS + 3  # the three crash windows
     assert report["lost"] == 0
     assert report["duplicate_observations"] == 0
     assert report["untraceable_attempts"] == 0
