@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from email.utils import formatdate
 from typing import Any
 
@@ -57,7 +58,8 @@ class State:
         self._retry_after_date = not self._retry_after_date
         if self._retry_after_date:
             return "1"
-        return formatdate(timeval=None, usegmt=True)  # "now": both RFC 9110 forms are served
+        # Both RFC 9110 forms are served: "1" (seconds) and an HTTP-date 3 s ahead.
+        return formatdate(time.time() + 3, usegmt=True)
 
 
 STATE = web.AppKey("state", State)

@@ -57,7 +57,7 @@ class State:
 
     def retry_after(self) -> str:
         self._flip = not self._flip
-        return "1" if self._flip else formatdate(usegmt=True)
+        return "1" if self._flip else formatdate(time.time() + 3, usegmt=True)
 
 
 STATE = web.AppKey("state", State)
