@@ -138,6 +138,9 @@ def _work(task_key: str, url: str) -> tuple[str, str, str]:
 
 
 class PgFloor:
+    def backend_pid(self) -> int | None:
+        return self.conn.info.backend_pid
+
     def __init__(self, url: str, worker: str):
         import psycopg
 
@@ -172,6 +175,9 @@ class PgFloor:
 
 
 class SqliteFloor:
+    def backend_pid(self) -> int | None:
+        return None  # in-process: the client's CPU is all of it
+
     def __init__(self, path: str, worker: str):
         self.conn = sqlite3.connect(path, isolation_level=None, timeout=60)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -325,6 +331,11 @@ class SqliteSchemaFloor(SqliteFloor):
 
 
 class Engine:
+    def backend_pid(self) -> int | None:
+        from django.db import connection
+
+        return connection.connection.info.backend_pid if connection.vendor == "postgresql" else None
+
     def __init__(self, worker: str):
         import django
 
@@ -359,6 +370,7 @@ def child(kind, db, target, index, batch, warmup, window, ready, go_at, results)
         impl = PgFloor(target, worker)
     else:
         impl = SqliteFloor(target, worker)
+    backend = impl.backend_pid()
     ready.put(index)
     while go_at.value == 0:
         time.sleep(0.005)
@@ -366,6 +378,7 @@ def child(kind, db, target, index, batch, warmup, window, ready, go_at, results)
     end = start + window
     counted = 0
     dry = False
+    cpu0 = cpu1 = None  # (this process's CPU, its database backend's CPU) in seconds
     while True:
         n = impl.step(batch)
         now = time.monotonic()
@@ -373,10 +386,16 @@ def child(kind, db, target, index, batch, warmup, window, ready, go_at, results)
             dry = now < end
             break
         if start <= now <= end:
-            counted += n
+            if cpu0 is None:
+                # CPU is read at step boundaries: tasks of the steps between the two reads.
+                cpu0 = (time.process_time(), backend_cpu(backend))
+            else:
+                counted += n
+                cpu1 = (time.process_time(), backend_cpu(backend))
         if now > end:
             break
-    results.put((index, counted, dry))
+    cpu = (0.0, 0.0) if cpu0 is None or cpu1 is None else (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+    results.put((index, counted, dry, cpu))
 
 
 # --- data loading -------------------------------------------------------------------------------
@@ -488,7 +507,18 @@ def prepare_engine_database(db_url: str, env: dict[str, str]) -> None:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool]:
+def backend_cpu(pid: int | None) -> float:
+    """CPU seconds used so far by a PostgreSQL backend (same machine: read from /proc)."""
+    if not pid:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool, float]:
     ctx = mp.get_context("spawn")  # children set up Django themselves, from the environment
     ready, results = ctx.Queue(), ctx.Queue()
     go_at = ctx.Value("d", 0.0)
@@ -511,8 +541,11 @@ def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bo
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    total = sum(counted for _i, counted, _dry in got)
-    return total / window, any(dry for _i, _c, dry in got)
+    total = sum(counted for _i, counted, _dry, _cpu in got)
+    client = sum(cpu[0] for *_x, cpu in got)
+    server = sum(cpu[1] for *_x, cpu in got)
+    per_task = (client + server) * 1000 / total if total else 0.0
+    return total / window, any(dry for _i, _c, dry, _cpu in got), per_task
 
 
 KINDS = ("floor", "schema_floor", "engine")
@@ -522,6 +555,7 @@ def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> 
     results = []
     for workers in configs:
         rates: dict[str, list[float]] = {k: [] for k in KINDS}
+        cpu: dict[str, list[float]] = {k: [] for k in KINDS}
         ratios, ratios_bare, dry = [], [], False
         for rep in range(reps):
             pair = {}
@@ -529,10 +563,14 @@ def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> 
             order = KINDS[rep % 3 :] + KINDS[: rep % 3]
             for kind in order:
                 load(target, n_tasks)
-                rate, ran_dry = measure(kind, db, target, workers, BATCH, warmup, window)
+                rate, ran_dry, cpu_ms = measure(kind, db, target, workers, BATCH, warmup, window)
                 dry = dry or ran_dry
                 pair[kind] = rate
-                log(f"{db} workers={workers} rep={rep + 1} {kind}: {rate:,.0f} tasks/s")
+                cpu[kind].append(cpu_ms)
+                log(
+                    f"{db} workers={workers} rep={rep + 1} {kind}: {rate:,.0f} tasks/s, "
+                    f"{cpu_ms:.3f} CPU ms/task"
+                )
             for kind in KINDS:
                 rates[kind].append(pair[kind])
             ratios.append(pair["engine"] / pair["schema_floor"] if pair["schema_floor"] else 0)
@@ -551,6 +589,11 @@ def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> 
                 # The seed's statements on bare tables (no foreign keys, two indexes).
                 "bare_floor_per_s": round(statistics.median(rates["floor"]), 1),
                 "ratio_bare": round(statistics.median(ratios_bare), 3),
+                # CPU per task (the worker processes plus, on PostgreSQL, their backends): far
+                # less sensitive than tasks/s to other load on a shared machine.
+                "engine_cpu_ms_per_task": round(statistics.median(cpu["engine"]), 3),
+                "floor_cpu_ms_per_task": round(statistics.median(cpu["schema_floor"]), 3),
+                "bare_floor_cpu_ms_per_task": round(statistics.median(cpu["floor"]), 3),
                 "reps": reps,
                 "ran_dry": dry,
             }
@@ -563,7 +606,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--tasks", type=int, default=60_000, help="tasks loaded per measure")
+    parser.add_argument("--tasks", type=int, default=80_000, help="tasks loaded per measure")
     parser.add_argument(
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
@@ -652,7 +695,9 @@ def main() -> None:
             f"{r['db']:>10} workers={r['workers']} batch={r['batch']}: engine "
             f"{r['engine_per_s']:,.0f}/s, floor {r['floor_per_s']:,.0f}/s, ratio {r['ratio']} "
             f"[{r['ratio_min']}-{r['ratio_max']}]; bare floor {r['bare_floor_per_s']:,.0f}/s, "
-            f"ratio {r['ratio_bare']}" + (" (ran dry!)" if r["ran_dry"] else "")
+            f"ratio {r['ratio_bare']}; CPU ms/task engine {r['engine_cpu_ms_per_task']}, "
+            f"floor {r['floor_cpu_ms_per_task']}, bare {r['bare_floor_cpu_ms_per_task']}"
+            + (" (ran dry!)" if r["ran_dry"] else "")
         )
     print(json.dumps({"bench": "claim", "results": results, "notes": notes}), flush=True)
 
