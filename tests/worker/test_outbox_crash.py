@@ -122,3 +122,33 @@ def test_sender_killed_after_an_uncertain_write_is_looked_up_not_resent(settings
         assert state.records_for(key) == 1
     finally:
         served.stop()
+
+
+def test_production_path_the_dispatcher_and_a_qcluster_deliver_after_the_crash(tmp_path):
+    """No wake-up was ever sent (the process died first): the dispatcher's tick sees the due
+    event and wakes a django-q2 worker, which delivers it once."""
+    from tests.worker.engine_procs import Procs, wait_for
+
+    run = candidate()
+    drop = tmp_path / "drop"
+    dest = {"SALVAGE_DESTINATION": f"file://{drop}", "SALVAGE_OUTBOX_SWEEP_SECONDS": "0.5"}
+    killed = manage("accept", str(run.pk), SALVAGE_FAULT_POINT="after_accept", **dest)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    event = OutboxEvent.objects.get(run=run)
+    assert event.state == "unsent"
+
+    procs = Procs(tmp_path)
+    try:
+        env = {**dest, "SALVAGE_OUTBOX_WAKE": "0", "SALVAGE_Q_WORKERS": "1"}
+        procs.manage("dispatch", "dispatch", **env)
+        procs.manage("qcluster", "qcluster", **env)
+
+        def delivered():
+            event.refresh_from_db()
+            return event.state == "delivered"
+
+        wait_for(delivered, timeout=90, what="the outbox event to be delivered")
+    finally:
+        procs.close()
+    assert event.attempts == 1
+    assert [p.name for p in drop.iterdir()] == [f"{event.pk}.json"]
