@@ -1,13 +1,17 @@
-"""Corrections: a repaired value of a published observation supersedes it as a new version.
+"""Corrections: a repaired value of an accepted or published observation becomes a new version.
 
-Consumers already received the published value, so a repair must not be a silent overwrite
-(seed 002): the old value is kept in ObservationVersion, the observation's `version` goes up by
-one, and a `correction` outbox event announces the change, all in the caller's transaction (the
-engine's fenced commit), so a rolled-back commit leaves neither the new value nor the event.
+Consumers may already have the value (a published run was announced; an accepted run can be
+exported and was announced as accepted), so a repair must not be a silent overwrite (seed 002);
+and the run must stay available meanwhile (guarantee 9), so the row is not sent back to
+"pending" and out of the export while its batch runs. The old value is kept in
+ObservationVersion, the observation's `version` goes up by one, and a `correction` outbox event
+announces the change, all in the caller's transaction (the engine's fenced commit), so a
+rolled-back commit leaves neither the new value nor the event.
 
 The engine's fenced commit (recovery.leases) passes its observation rows through
-`divert_published()` before its upsert: rows of published runs whose value changed become
-corrections here, the rest go on to the plain upsert.
+`divert_published()` before its upsert: rows of accepted or published runs whose value changed
+become corrections here, the rest go on to the plain upsert (a candidate's or rejected run's
+repaired rows simply replace the values nobody received, as seed 002 allows).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from django.utils import timezone
 from recovery.models import Observation, ObservationVersion, OutboxEvent, Run
 from recovery.states.run import RunState
 
-VERSIONED_STATES = frozenset({RunState.PUBLISHED})
+VERSIONED_STATES = frozenset({RunState.ACCEPTED, RunState.PUBLISHED})
 
 
 def needs_version(run_state: str) -> bool:
@@ -39,7 +43,7 @@ def supersede(
     reason: str = "",
     scraper_version: str | None = None,
 ) -> bool:
-    """Replace a published observation's value by a new version; True if it changed.
+    """Replace an accepted/published observation's value by a new version; True if changed.
 
     Same hash -> nothing happens (a repeated delivery of the same value is not a correction).
     Must run inside the transaction that commits the attempt (atomic() nests as a savepoint).
@@ -99,9 +103,10 @@ def supersede(
 def divert_published(rows: Sequence[tuple]) -> list[tuple]:
     """Filter the engine's observation rows `(key, entity, payload_json, hash, plan)`.
 
-    An existing observation of a published run gets a new version via `supersede()` (same
-    value: nothing to do); every other row is returned for the engine's upsert. Runs inside
-    the commit transaction, so the correction commits or rolls back with the attempt.
+    An existing observation of an accepted or published run gets a new version via
+    `supersede()` (same value: nothing to do); every other row is returned for the engine's
+    upsert. Runs inside the commit transaction, so the correction commits or rolls back with
+    the attempt.
     """
     if not rows:
         return list(rows)

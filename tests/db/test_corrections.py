@@ -77,3 +77,20 @@ def test_the_same_value_again_is_not_a_correction(settings):
     assert not ObservationVersion.objects.exists()
     assert not OutboxEvent.objects.filter(event_type="correction").exists()
     assert not RunPartition.objects.filter(run=run, quarantined=True).exists()
+
+
+def test_an_accepted_run_keeps_exporting_while_its_repair_runs(settings):
+    settings.SALVAGE_OUTBOX_WAKE = False
+    run = make_run(lenient_shop())
+    make_tasks(run, 5, partition="b", host="b.test")
+    commit_claimed("w1", scraped("5.00"))
+    acceptance.advance_runs()
+    acceptance.accept_run(run.pk, "admin")
+    reruns.create_recovery_batch(
+        run.pk, partitions=["b"], reason="price fix", scraper_version="2", actor="a"
+    )
+    commit_claimed("w2", scraped("6.00"))
+    # The batch has not completed yet: every row is still exported, now as version 2.
+    rows = "".join(exports.stream(run.pk, "csv"))
+    assert rows.count("6.00") == 5
+    assert ObservationVersion.objects.filter(observation__run=run).count() == 5
