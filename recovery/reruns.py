@@ -143,6 +143,10 @@ def create_recovery_batch(
         now = timezone.now()
         if run.manifest_frozen_at is None:
             Run.objects.filter(pk=run.pk, manifest_frozen_at=None).update(manifest_frozen_at=now)
+        # Step 3: the repaired version. The engine stamps attempts and (changed) observations
+        # with the run's scraper version, so the batch's new attempts record the repaired one
+        # while untouched observations keep the version that produced them.
+        Run.objects.filter(pk=run.pk).update(scraper_version=scraper_version)
         batch = RecoveryBatch.objects.create(
             run=run,
             selection={

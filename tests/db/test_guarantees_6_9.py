@@ -276,3 +276,9 @@ def test_seed_002_worked_example_quarantine_repair_revalidate_promote():
     rows = export_rows(run.pk)
     assert len(rows) == 60
     assert {r["price"] for r in rows if r["partition"] == "gamma"} == {"12.49"}
+    # Provenance: the repaired rows name the repaired scraper version, the others the original.
+    assert {r["scraper_version"] for r in rows if r["partition"] == "gamma"} == {"2"}
+    assert {r["scraper_version"] for r in rows if r["partition"] != "gamma"} == {"1"}
+    assert set(
+        batch_attempts.filter(recovery_batch=batch).values_list("scraper_version", flat=True)
+    ) == {"2"}
