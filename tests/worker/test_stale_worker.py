@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
-from recovery import worker
+from recovery import leases, worker
 from recovery.models import Attempt, Observation, Task
 from tests.factories import make_dataset, make_run, make_tasks
 from tests.worker.engine_procs import Procs, log_text, wait_exit, wait_for
@@ -66,3 +67,28 @@ def test_a_stalled_workers_heartbeat_and_commit_are_refused(procs, tmp_path):
     details = mine.values_list("error_detail", flat=True)
     assert any(d.startswith("lost lease: token") for d in details)  # the refused commit
     assert Attempt.objects.filter(task=task, outcome="committed").count() == 1
+
+
+def test_heartbeats_keep_a_long_task_leased_past_its_lease_length(procs):
+    # A page that takes 5 s under a 2 s lease: without heartbeats another worker would take it
+    # over after 2 s (and the long page would livelock, re-claimed for ever).
+    run = make_run(make_dataset(provider="slow_test", lease_seconds=2))
+    (task,) = make_tasks(run, 1)
+    slow = procs.python("slow", LOOP.format(wid="slow"), SLOW_PROVIDER_SLEEP="5")
+    wait_for(
+        lambda: Task.objects.filter(pk=task.pk, lease_owner="slow").exists(),
+        timeout=90,
+        what="the slow worker's claim",
+    )
+    intruder_claims = 0
+    deadline = time.monotonic() + 120
+    while slow.poll() is None and time.monotonic() < deadline:
+        intruder_claims += len(leases.claim("intruder"))
+        time.sleep(0.2)
+    assert slow.returncode == 0, log_text(slow)
+    assert intruder_claims == 0
+    task.refresh_from_db()
+    assert (task.state, task.attempt_count) == ("committed", 1)
+    assert list(Attempt.objects.filter(task=task).values_list("worker", "outcome")) == [
+        ("slow", "committed")
+    ]
