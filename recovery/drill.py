@@ -232,6 +232,9 @@ class Drill:
             # The remote providers talk to the sandbox's simulators with their own test
             # credentials (never a real account's).
             env.update(
+                # Every outbox event (also corrections written by workers) goes to the
+                # sandbox's destination simulator, where the drill counts the writes.
+                SALVAGE_DESTINATION=f"{self.base_url}/destination",
                 WEBSCRAPER_API_URL=f"{self.base_url}/webscraper",
                 WEBSCRAPER_API_TOKEN=CLOUD_TOKEN,
                 WEBSCRAPER_WEBHOOK_SECRET=self.webhook_secret,
@@ -262,6 +265,7 @@ class Drill:
         )
         from django.conf import settings
 
+        settings.SALVAGE_DESTINATION = f"{self.base_url}/destination"
         settings.WEBSCRAPER_API_URL = f"{self.base_url}/webscraper"
         settings.WEBSCRAPER_API_TOKEN = CLOUD_TOKEN
         settings.WEBSCRAPER_WEBHOOK_SECRET = self.webhook_secret
@@ -807,10 +811,7 @@ def acceptance_properties(
         for name in PROPERTIES[3:]:
             props[name] = not_ok(absent)
         return
-    from django.conf import settings
-
-    # Deliveries go to the sandbox's destination simulator (an importer keyed by event id).
-    settings.SALVAGE_DESTINATION = f"{drill.base_url}/destination"
+    # Deliveries go to the sandbox's destination simulator (Drill.start_sandbox, Drill.env).
     steps = (
         ("quarantined_output_not_published", quarantine_property),
         ("repaired_partition_leaves_accepted_unchanged", repair_property),
