@@ -112,7 +112,10 @@ class Task(models.Model):
         CURSOR = "cursor"
         OFFSET = "offset"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    # No single-column index on run or parent: every claim and commit rewrites each index of
+    # this table (the state columns change, so updates are never HOT), and run-led composite
+    # indexes below already serve "tasks of a run"; parent is read only on a task's page.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     task_key = models.CharField(max_length=64, unique=True)
     url = models.TextField()
     page_type = models.CharField(max_length=64, default="page")
@@ -122,7 +125,12 @@ class Task(models.Model):
         max_length=16, choices=Discovery.choices, default=Discovery.MANIFEST
     )
     parent = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="children",
+        db_index=False,
     )
     depth = models.PositiveSmallIntegerField(default=0)
     # Navigation state for cursor/offset pagination (e.g. {"cursor": "abc"}), stored with the
@@ -180,14 +188,23 @@ class Attempt(models.Model):
         UNKNOWN = "unknown"  # the remote submission's outcome is ambiguous
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    # task and run are served by the (task, started_at) and (run, ...) composite indexes; a
+    # single-column copy would only add a write to every attempt insert on the hot path.
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     recovery_batch = models.ForeignKey(
         RecoveryBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts"
     )
     # An operator's replacement of an ambiguous attempt points at the original.
     replaces = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="replacements"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="replacements",
+        db_index=False,
     )
     lease_token = models.BigIntegerField(default=0)
     worker = models.CharField(max_length=100, blank=True)
@@ -221,7 +238,10 @@ class Observation(models.Model):
         INVALID = "invalid"
         HELD = "held"  # its partition is quarantined: never exported or published
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="observations")
+    # "observations of a run" uses the run-led composite indexes below.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="observations", db_index=False
+    )
     observation_key = models.CharField(max_length=64, unique=True)
     entity_key = models.CharField(max_length=500)
     window = models.CharField(max_length=64)
@@ -230,7 +250,7 @@ class Observation(models.Model):
     payload_hash = models.CharField(max_length=64)
     source_task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="observations")
     source_attempt = models.ForeignKey(
-        Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )
     scraper_version = models.CharField(max_length=64, blank=True)
     validation_state = models.CharField(
