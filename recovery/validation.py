@@ -228,8 +228,12 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
                 ).update(quarantined=False, quarantine_reason="")
                 if lifted:
                     released.append(partition)
-                else:
+                elif RunPartition.objects.filter(
+                    run=run, name=partition, quarantined=True
+                ).exists():
                     held.add(partition)  # quarantined by someone else: stays held
+                # else: a concurrent evaluation already released it (several workers may
+                # finish the same recovery batch at once), so its rows are not held.
         # A partition held before and not re-marked keeps its hold.
         held |= {p for p in held_before if not marked(p)}
         for i, res in enumerate(results):
