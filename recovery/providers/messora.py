@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 from django.conf import settings
 
 from recovery.providers import register
+from recovery.providers.remote_api import RemoteApiProvider
 from recovery.remote import (
     JobStatus,
     Poll,
@@ -36,9 +36,8 @@ _PENDING = {"PENDING", "STARTED", "RECEIVED", "RETRY", "PROGRESS"}
 
 
 @register("messora")
-class MessoraProvider:
+class MessoraProvider(RemoteApiProvider):
     name = "messora"
-    remote = True
 
     def __init__(
         self,
@@ -68,26 +67,9 @@ class MessoraProvider:
         self.base_url = (base_url or settings.MESSORA_API_URL).rstrip("/")
         # Read at call time from settings only: never stored, never logged.
         self._api_key = api_key if api_key is not None else settings.MESSORA_API_KEY
-        self._client: httpx.AsyncClient | None = None
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                headers={"X-API-Key": self._api_key},
-                timeout=httpx.Timeout(
-                    self.request_timeout, connect=min(10.0, self.request_timeout)
-                ),
-                trust_env=False,
-            )
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def execute_many(self, tasks):  # the Provider interface: not how remote jobs run
-        raise NotImplementedError("messora is asynchronous: the worker calls recovery.remote")
+    def _client_headers(self) -> dict[str, str]:
+        return {"X-API-Key": self._api_key}
 
     # --- submission ---
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 from recovery.providers import register
+from recovery.providers.remote_api import RemoteApiProvider
 from recovery.remote import (
     JobStatus,
     Poll,
@@ -40,9 +40,8 @@ class ResultUnavailable(Exception):
 
 
 @register("tornado")
-class TornadoProvider:
+class TornadoProvider(RemoteApiProvider):
     name = "tornado"
-    remote = True
     kind = "media"
     tasks_per_job = 1
     handoff = True  # completed jobs are handed to the consumer through the outbox
@@ -66,28 +65,9 @@ class TornadoProvider:
         self.request_timeout = float(request_timeout)
         self.base_url = (base_url or settings.TORNADO_API_URL or "").rstrip("/")
         self._api_key = api_key if api_key is not None else settings.TORNADO_API_KEY
-        self._client: httpx.AsyncClient | None = None
 
-    def _http(self) -> httpx.AsyncClient:
-        if not self.base_url:
-            raise ValueError("tornado: TORNADO_API_URL is not set")
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                headers={"X-API-Key": self._api_key},
-                timeout=httpx.Timeout(
-                    self.request_timeout, connect=min(10.0, self.request_timeout)
-                ),
-                trust_env=False,
-            )
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def execute_many(self, tasks):  # the Provider interface: not how remote jobs run
-        raise NotImplementedError("tornado is asynchronous: the worker calls recovery.remote")
+    def _client_headers(self) -> dict[str, str]:
+        return {"X-API-Key": self._api_key}
 
     def _body(self, tasks: list[RemoteTask]) -> dict[str, Any]:
         return {

@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 from recovery.providers import register
+from recovery.providers.remote_api import RemoteApiProvider
 from recovery.remote import (
     JobStatus,
     Poll,
@@ -56,9 +56,8 @@ def _order_key(row: dict[str, Any]) -> tuple[int, ...]:
 
 
 @register("webscraper")
-class WebScraperProvider:
+class WebScraperProvider(RemoteApiProvider):
     name = "webscraper"
-    remote = True
     kind = "cloud"
 
     def __init__(
@@ -88,28 +87,11 @@ class WebScraperProvider:
         self.request_timeout = float(request_timeout)
         self.base_url = (base_url or settings.WEBSCRAPER_API_URL).rstrip("/")
         self._token = api_token if api_token is not None else settings.WEBSCRAPER_API_TOKEN
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    self.request_timeout, connect=min(10.0, self.request_timeout)
-                ),
-                trust_env=False,
-            )
-        return self._client
 
     def _auth(self) -> dict[str, str]:
+        # The documented contract puts the token in the query string: every URL we log or
+        # store goes through recovery.logs.redact.
         return {"api_token": self._token}
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def execute_many(self, tasks):  # the Provider interface: not how remote jobs run
-        raise NotImplementedError("webscraper is asynchronous: the worker calls recovery.remote")
 
     def _body(self, tasks: list[RemoteTask], run_id: int) -> dict[str, Any]:
         if self.sitemap_id in (None, ""):
