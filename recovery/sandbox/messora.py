@@ -23,20 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
-from email.utils import formatdate
 from typing import Any
 
 from aiohttp import web
+
+from recovery.sandbox.switches import FaultSwitches
 
 DEFAULT_KEYS = {"sandbox-messora-key": "tenant-a", "sandbox-messora-other": "tenant-b"}
 PARTIAL = ("success", "timeout", "blocked_antibot", "extraction_failed")
 
 
-class State:
+class State(FaultSwitches):
     def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.keys: dict[str, str] = dict(options.get("api_keys") or DEFAULT_KEYS)
-        self.faults: dict[str, int] = dict(options.get("faults") or {})
         self.polls_to_finish = int(options.get("polls_to_finish", 1))
         self.slow_seconds = float(options.get("slow_seconds", 5.0))
         self.partial_statuses = tuple(options.get("partial_statuses") or PARTIAL)
@@ -44,22 +44,6 @@ class State:
         self.created = 0
         self.status_calls = 0
         self._ids = itertools.count(1)
-        self._retry_after_date = False
-
-    def fire(self, name: str) -> bool:
-        left = self.faults.get(name, 0)
-        if left == 0:
-            return False
-        if left > 0:
-            self.faults[name] = left - 1
-        return True
-
-    def retry_after(self) -> str:
-        self._retry_after_date = not self._retry_after_date
-        if self._retry_after_date:
-            return "1"
-        # Both RFC 9110 forms are served: "1" (seconds) and an HTTP-date 3 s ahead.
-        return formatdate(time.time() + 3, usegmt=True)
 
 
 STATE = web.AppKey("state", State)

@@ -23,19 +23,20 @@ import hashlib
 import hmac
 import itertools
 import time
-from email.utils import formatdate
 from typing import Any
 
 from aiohttp import web
+
+from recovery.sandbox.switches import FaultSwitches
 
 DEFAULT_KEYS = {"sandbox-tornado-key": "tenant-a", "sandbox-tornado-other": "tenant-b"}
 _SIGNING = b"tornado-sandbox-signing-key"
 
 
-class State:
+class State(FaultSwitches):
     def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.keys: dict[str, str] = dict(options.get("api_keys") or DEFAULT_KEYS)
-        self.faults: dict[str, int] = dict(options.get("faults") or {})
         self.polls_to_finish = int(options.get("polls_to_finish", 1))
         self.url_ttl = float(options.get("url_ttl", 300.0))
         self.slow_seconds = float(options.get("slow_seconds", 5.0))
@@ -45,19 +46,6 @@ class State:
         self.generations = 0
         self.file_downloads = 0
         self._ids = itertools.count(1)
-        self._flip = False
-
-    def fire(self, name: str) -> bool:
-        left = self.faults.get(name, 0)
-        if left == 0:
-            return False
-        if left > 0:
-            self.faults[name] = left - 1
-        return True
-
-    def retry_after(self) -> str:
-        self._flip = not self._flip
-        return "1" if self._flip else formatdate(time.time() + 3, usegmt=True)
 
 
 STATE = web.AppKey("state", State)

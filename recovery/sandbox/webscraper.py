@@ -28,19 +28,20 @@ import asyncio
 import itertools
 import json
 import time
-from email.utils import formatdate
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from recovery.sandbox.switches import FaultSwitches
+
 DEFAULT_TOKENS = {"sandbox-webscraper-token": "account-a", "sandbox-webscraper-other": "account-b"}
 
 
-class State:
+class State(FaultSwitches):
     def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.tokens: dict[str, str] = dict(options.get("api_tokens") or DEFAULT_TOKENS)
-        self.faults: dict[str, int] = dict(options.get("faults") or {})
         self.run_seconds = float(options.get("run_seconds", 0.3))
         self.slow_seconds = float(options.get("slow_seconds", 5.0))
         self.webhook_url: str = options.get("webhook_url", "")
@@ -50,20 +51,7 @@ class State:
         self.created = 0
         self.notifications: list[dict[str, Any]] = []  # every POST attempt, with its answer
         self._ids = itertools.count(500)
-        self._flip = False
         self.tasks: set[asyncio.Task] = set()
-
-    def fire(self, name: str) -> bool:
-        left = self.faults.get(name, 0)
-        if left == 0:
-            return False
-        if left > 0:
-            self.faults[name] = left - 1
-        return True
-
-    def retry_after(self) -> str:
-        self._flip = not self._flip
-        return "1" if self._flip else formatdate(time.time() + 3, usegmt=True)
 
 
 STATE = web.AppKey("state", State)
