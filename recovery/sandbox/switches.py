@@ -12,7 +12,8 @@ class FaultSwitches:
 
     def __init__(self, **options: Any) -> None:
         self.faults: dict[str, int] = dict(options.get("faults") or {})
-        self._date_form = True
+        # The form the next 429 carries; tests may set it to choose the first one.
+        self.next_retry_after = "seconds"
 
     def fire(self, name: str) -> bool:
         left = self.faults.get(name, 0)
@@ -25,5 +26,8 @@ class FaultSwitches:
     def retry_after(self) -> str:
         """Alternate both RFC 9110 forms: "1" (seconds) and an HTTP-date 3 s ahead (a date in
         the future, so a client that ignored the date form would be caught retrying early)."""
-        self._date_form = not self._date_form
-        return formatdate(time.time() + 3, usegmt=True) if self._date_form else "1"
+        form, self.next_retry_after = (
+            self.next_retry_after,
+            "date" if self.next_retry_after == "seconds" else "seconds",
+        )
+        return formatdate(time.time() + 3, usegmt=True) if form == "date" else "1"

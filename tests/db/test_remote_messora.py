@@ -246,7 +246,7 @@ def test_failed_status_checks_are_retried_within_a_budget_not_job_failures(messo
 @pytest.mark.parametrize("first_form", ["seconds", "date"])
 def test_429_on_a_status_check_honours_retry_after(messora, first_form):
     _served, state = messora
-    state._retry_after_date = first_form == "date"  # the simulator alternates the two forms
+    state.next_retry_after = first_form  # the simulator alternates the two forms
     make_messora_run(1)
     remote.submit_step("w1")
     state.faults["status_429"] = 1
@@ -412,7 +412,7 @@ def test_the_dispatcher_wakes_a_cluster_worker_for_due_remote_jobs(messora):
 @pytest.mark.parametrize("first_form", ["seconds", "date"])
 def test_a_429_on_create_is_a_certain_refusal_that_waits_for_retry_after(messora, first_form):
     served, state = messora
-    state._retry_after_date = first_form == "date"
+    state.next_retry_after = first_form
     state.faults["create_429"] = 1
     make_messora_run(2)
     before = timezone.now()
