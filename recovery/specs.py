@@ -30,11 +30,14 @@ RULE_KINDS: dict[str, tuple[str, ...]] = {
     "coverage": ("min",),
     "range": ("field",),
     "pattern": ("field", "pattern"),
+    "enum": ("field", "values"),
     "required": ("min",),
     "outcome_ratio": ("outcome", "min"),
     "partition_invalid_share": ("field", "max"),
 }
-RULE_KEYS = frozenset({"name", "kind", "field", "min", "max", "pattern", "outcome", "description"})
+RULE_KEYS = frozenset(
+    {"name", "kind", "field", "min", "max", "pattern", "values", "outcome", "description"}
+)
 
 TOP_KEYS = frozenset(
     {
@@ -298,6 +301,15 @@ def _rule(value: Any, where: str, fields: set[str]) -> dict[str, Any]:
         raise SpecError(f"{where}: min {out['min']} is above max {out['max']}")
     if "pattern" in table:
         out["pattern"] = _regex(table["pattern"], f"{where}.pattern")
+    if "values" in table:
+        values = table["values"]
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str | int | float) for v in values)
+        ):
+            raise SpecError(f"{where}.values: a non-empty list of strings or numbers")
+        out["values"] = values
     if "outcome" in table:
         if table["outcome"] not in TASK_OUTCOMES:
             raise SpecError(

@@ -1,7 +1,7 @@
 """Validation rules of a dataset spec (docs/spec-format.md, `[[rules]]`), per run and partition.
 
 What a rule decides:
-- Value rules (`range`, `pattern`) and required fields say whether one observation is valid.
+- Value rules (`range`, `pattern`, `enum`) and required fields say whether one observation is valid.
   An observation that fails one is marked `invalid` and is left out of the candidate.
 - `partition_invalid_share` holds a whole partition (e.g. one retailer) out of the candidate
   when its share of invalid values of a field is above `max`: the RunPartition is quarantined
@@ -78,7 +78,10 @@ def _empty(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _check_value(rule: dict[str, Any], value: Any, pattern: re.Pattern | None) -> bool:
+VALUE_RULE_KINDS = ("range", "pattern", "enum")
+
+
+def _check_value(rule: dict[str, Any], value: Any, compiled: Any) -> bool:
     """True when `value` satisfies a value rule. A missing value is the `required` rule's
     business, so it passes here (but counts as invalid for a partition rule on its field)."""
     if _empty(value):
@@ -91,7 +94,10 @@ def _check_value(rule: dict[str, Any], value: Any, pattern: re.Pattern | None) -
             return False
         return not ("max" in rule and number > rule["max"])
     if rule["kind"] == "pattern":
-        return bool(pattern and pattern.search(str(value)))
+        return bool(compiled and compiled.search(str(value)))
+    if rule["kind"] == "enum":
+        # Compared as text: extraction yields strings, a spec may list numbers.
+        return str(value) in compiled
     return True
 
 
@@ -121,8 +127,14 @@ def evaluate(run_id: int, *, mark: set[str] | None = None) -> Evaluation:
 def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
     spec = run.dataset.spec or {}
     rules: list[dict[str, Any]] = list(spec.get("rules", []))
-    value_rules = [r for r in rules if r["kind"] in ("range", "pattern")]
-    patterns = {r["name"]: re.compile(r["pattern"]) for r in value_rules if r.get("pattern")}
+    value_rules = [r for r in rules if r["kind"] in VALUE_RULE_KINDS]
+    # Per rule, what _check_value needs ready-made: a compiled pattern or the allowed values.
+    patterns: dict[str, Any] = {
+        r["name"]: re.compile(r["pattern"]) for r in value_rules if r.get("pattern")
+    }
+    patterns.update(
+        {r["name"]: frozenset(str(v) for v in r["values"]) for r in value_rules if "values" in r}
+    )
     partition_rules = [r for r in rules if r["kind"] == "partition_invalid_share"]
     tolerance = {r["field"]: r["max"] for r in partition_rules}
     required = required_fields(spec)

@@ -72,6 +72,29 @@ def test_a_value_rule_without_a_partition_rule_tolerates_nothing():
     assert Observation.objects.get(pk=odd.pk).validation_state == "invalid"
 
 
+def test_an_enumeration_rule_marks_values_outside_the_list_invalid():
+    run = make_collected_run({"a": "good"}, per_partition=6)
+    dataset = run.dataset
+    dataset.spec["page_types"]["product"]["fields"]["stock"] = {"selector": ".stock"}
+    dataset.spec["rules"].append(
+        {"name": "stock_values", "kind": "enum", "field": "stock", "values": ["in", "out", 0]}
+    )
+    dataset.save(update_fields=["spec"])
+    odd, zero, *rest = Observation.objects.filter(run=run).order_by("pk")
+    Observation.objects.filter(pk=odd.pk).update(payload={**odd.payload, "stock": "maybe"})
+    Observation.objects.filter(pk=zero.pk).update(payload={**zero.payload, "stock": "0"})
+    for obs in rest:
+        Observation.objects.filter(pk=obs.pk).update(payload={**obs.payload, "stock": "in"})
+    outcome = validation.evaluate(run.pk)
+    assert not outcome.passed
+    assert any(f.startswith("stock_values") for f in outcome.failures)
+    assert Observation.objects.get(pk=odd.pk).validation_state == "invalid"
+    assert Observation.objects.get(pk=zero.pk).validation_state == "valid"  # 0 listed as a number
+    assert {Observation.objects.get(pk=o.pk).validation_state for o in rest} == {"valid"}
+    assert not result(run, "stock_values").passed
+    assert result(run, "stock_values").detail == {"invalid": 1}
+
+
 def test_required_and_outcome_ratio_rules():
     dataset = make_shop(
         spec={

@@ -174,6 +174,17 @@ DELETE = object()
             [{"name": "p", "kind": "pattern", "field": "nope", "pattern": "x"}],
             "rules.p.field: 'nope' is not a field",
         ),
+        ("rules", [{"name": "e", "kind": "enum", "field": "sku"}], "rules.e.values: required"),
+        (
+            "rules",
+            [{"name": "e", "kind": "enum", "field": "sku", "values": []}],
+            "rules.e.values: a non-empty list",
+        ),
+        (
+            "rules",
+            [{"name": "e", "kind": "enum", "field": "sku", "values": [{"a": 1}]}],
+            "rules.e.values: a non-empty list",
+        ),
         (
             "rules",
             [{"name": "o", "kind": "outcome_ratio", "outcome": "won", "min": 0.5}],
