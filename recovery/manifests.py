@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,10 +289,12 @@ def create_run(
     add: bool = False,
     scraper_version: str | None = None,
     actor: str = "system",
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> CreateRunResult:
     """Freeze a manifest into a new run (or, with add=True, add its new task keys to the run).
 
-    Raises ManifestError on bad input, before any write.
+    Raises ManifestError on bad input, before any write. `on_progress(done, total)` is called
+    as the parsed entries are written (a terminal progress bar for big manifests).
     """
     from recovery import audit
     from recovery.models import Dataset, Run
@@ -337,7 +340,9 @@ def create_run(
                 run = Run.objects.select_for_update().get(pk=existing.pk)
                 _check_addable(run, scraper_version)
                 created = False
-            added, present, per_partition = _insert_tasks(run, manifest.entries, now, created)
+            added, present, per_partition = _insert_tasks(
+                run, manifest.entries, now, created, on_progress
+            )
             if added:
                 Run.objects.filter(pk=run.pk).update(task_total=F("task_total") + added)
                 counters.record(
@@ -391,13 +396,17 @@ def _check_addable(run, scraper_version: str | None) -> None:
         )
 
 
-def _insert_tasks(run, entries: list[Entry], now, created: bool) -> tuple[int, int, dict]:
+def _insert_tasks(
+    run, entries: list[Entry], now, created: bool, on_progress=None
+) -> tuple[int, int, dict]:
     from recovery.models import Task
 
     per_partition: dict[str, int] = {}
     added = present = 0
     insert = _TaskInsert(run.pk, now)
     for start in range(0, len(entries), CHUNK):
+        if on_progress is not None:
+            on_progress(start, len(entries))
         chunk = entries[start : start + CHUNK]
         if not created:
             have: set[str] = set()
@@ -416,6 +425,8 @@ def _insert_tasks(run, entries: list[Entry], now, created: bool) -> tuple[int, i
         added += len(chunk)
         for e in chunk:
             per_partition[e.partition] = per_partition.get(e.partition, 0) + 1
+    if on_progress is not None:
+        on_progress(len(entries), len(entries))
     return added, present, per_partition
 
 

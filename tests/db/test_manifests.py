@@ -118,6 +118,15 @@ def test_bulk_inserted_tasks_equal_tasks_the_orm_creates(shop, tmp_path):
     assert {getattr(bulk, s) for s in stamps} == {bulk.run.manifest_frozen_at}
 
 
+def test_it_reports_progress_on_stderr_and_keeps_the_run_id_last_on_stdout(shop, tmp_path, capsys):
+    urls = "".join(f"http://a.test/product/{i}\n" for i in range(2500))
+    lines = createrun("shop", "--window", "w", "--manifest", write(tmp_path, "m.txt", urls))
+    assert lines[-1] == str(Run.objects.get().pk)
+    progress = capsys.readouterr().err.splitlines()
+    # Not a terminal: plain log lines, ending with the final count.
+    assert progress and progress[-1].startswith("createrun: writing tasks 100% 2,500/2,500 tasks")
+
+
 def test_it_reads_jsonl(shop, tmp_path):
     rows = [
         {"url": "http://a.test/product/1", "priority": 2},

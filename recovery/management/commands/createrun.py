@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from recovery import manifests
+from recovery.progress import Progress
 
 FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text"}
 
@@ -29,6 +30,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
+        # A bar on a terminal, a log line every few seconds otherwise, on stderr (stdout's last
+        # line stays the run id alone). Made on the first call: parsing has finished by then.
+        bars: list[Progress] = []
+
+        def on_progress(done: int, total: int) -> None:
+            if not bars:
+                bars.append(Progress("createrun: writing tasks", total, unit="tasks"))
+            bars[0].update(done)
+
         try:
             result = manifests.create_run(
                 options["dataset"],
@@ -36,9 +46,13 @@ class Command(BaseCommand):
                 options["manifest"],
                 add=options["add"],
                 scraper_version=options["scraper_version"],
+                on_progress=on_progress,
             )
         except manifests.ManifestError as exc:
             raise CommandError(str(exc), returncode=2) from None
+        finally:
+            for bar in bars:
+                bar.close()
         run, m = result.run, result.manifest
         verb = "created" if result.created else "extended"
         line = (
