@@ -19,6 +19,7 @@ def configured_secrets() -> list[str]:
         "TORNADO_API_KEY",
         "WEBSCRAPER_API_TOKEN",
         "WEBSCRAPER_WEBHOOK_SECRET",
+        "SALVAGE_METRICS_TOKEN",
         "SECRET_KEY",
     )
     return [value for name in names if len(value := getattr(settings, name, "") or "") >= 6]
