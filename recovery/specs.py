@@ -409,10 +409,15 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     _no_unknown(partition, frozenset({"rule"}), "partition")
     rule = _str(partition.get("rule", "host"), "partition.rule")
     if rule.startswith("field:"):
-        if rule[6:] not in all_fields:
-            raise SpecError(f"partition.rule: {rule[6:]!r} is not a field of any page type")
-    elif rule not in ("host", "manifest"):
-        raise SpecError(f"partition.rule: {rule!r} is not host, manifest or field:<name>")
+        # Refused rather than accepted and ignored: tasks get their partition when the run is
+        # created, before any page is extracted, and the engine does not move a task between
+        # partitions at commit time (counters, batches and quarantine all key on it).
+        raise SpecError(
+            f"partition.rule: {rule!r}: partitioning by an extracted field is not supported; "
+            "use manifest (a partition column) or host"
+        )
+    if rule not in ("host", "manifest"):
+        raise SpecError(f"partition.rule: {rule!r} is not host or manifest")
     spec["partition"] = {"rule": rule}
 
     options = _table(raw.get("provider_options", {}), "provider_options")

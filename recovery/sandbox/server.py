@@ -63,7 +63,7 @@ def build_app(
     return app
 
 
-PARTITION_RULES = ("manifest", "field:retailer", "host")
+PARTITION_RULES = ("manifest", "host")
 
 
 def shop_spec_toml(
@@ -71,8 +71,8 @@ def shop_spec_toml(
 ) -> str:
     """A dataset spec for the shop: markers, fields and rules matching its pages.
 
-    The partition is the retailer: from the manifest's partition column (default), from the
-    extracted `retailer` field, or the host (one partition on a single sandbox).
+    The partition is the retailer: from the manifest's partition column (default), or the host
+    (one partition on a single sandbox unless it serves --retailer-hosts).
     """
     if partition_rule not in PARTITION_RULES:
         raise ValueError(f"partition rule must be one of {', '.join(PARTITION_RULES)}")

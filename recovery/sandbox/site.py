@@ -5,7 +5,7 @@
 - `/product/{i}` (1 <= i <= pages): `div.product` with the title in `h1`, the price in `.price`
   ("£1,234.50"), the SKU in `[data-sku]` ("SKU-000123"), the stock flag in `.stock`
   (`data-in-stock="true|false"`), a review count in `.reviews`, the retailer in `.retailer`
-  (`data-retailer`; datasets partition by it with `rule = "field:retailer"`), and three
+  (`data-retailer`; the manifest's partition column carries it too), and three
   `a.product-link` links to other products;
 - `/listing` (cursor form: an opaque `?cursor=`, the next page in `a.next`) and
   `/listing?offset=K&limit=L` (offset form). Both list newest first, so an item "added" to the

@@ -150,7 +150,7 @@ DELETE = object()
         ("entity_key", {"from": "title"}, "entity_key.from: 'title' is not supported"),
         ("entity_key", {}, "entity_key: give exactly one of"),
         ("partition.rule", "retailer", "partition.rule: 'retailer' is not host"),
-        ("partition.rule", "field:nope", "partition.rule: 'nope' is not a field"),
+        ("partition.rule", "field:sku", "partitioning by an extracted field is not supported"),
         ("provider_options", {"api_key": "x"}, "provider_options.api_key: looks like a credential"),
         ("provider_options", {"Token": "x"}, "provider_options.Token: looks like a credential"),
         ("rules", {"name": "x"}, "rules: must be an array"),
