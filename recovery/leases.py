@@ -600,19 +600,26 @@ def _observation_rows(plans: list[_Plan]) -> list[tuple]:
     """
     rows: dict[str, tuple] = {}
     for plan in plans:
-        c = plan.claimed
-        hashes = []
-        for obs in plan.outcome.observations:
-            payload_json = canonical_json(obs.payload)
-            digest = keys.payload_hash(payload_json)
-            hashes.append(digest)
-            okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
-            rows[okey] = (okey, obs.entity_key, payload_json, digest, plan)
-        if len(hashes) == 1:
-            plan.payload_hash = hashes[0]
-        elif hashes:
-            plan.payload_hash = keys.payload_hash("\n".join(hashes))
+        for okey, entity_key, payload_json, digest in _plan_observations(plan):
+            rows[okey] = (okey, entity_key, payload_json, digest, plan)
     return [rows[k] for k in sorted(rows)]
+
+
+def _plan_observations(plan: _Plan) -> list[tuple[str, str, str, str]]:
+    """(observation_key, entity_key, payload_json, hash) of one outcome, in order; also sets
+    the plan's payload_hash (its one observation's, or a hash over several)."""
+    c = plan.claimed
+    out = []
+    for obs in plan.outcome.observations:
+        payload_json = canonical_json(obs.payload)
+        digest = keys.payload_hash(payload_json)
+        okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
+        out.append((okey, obs.entity_key, payload_json, digest))
+    if len(out) == 1:
+        plan.payload_hash = out[0][3]
+    elif out:
+        plan.payload_hash = keys.payload_hash("\n".join(row[3] for row in out))
+    return out
 
 
 def _upsert_observations(cursor, rows: list[tuple], now_param) -> int:
@@ -1067,22 +1074,13 @@ def _commit_pg_one_statement(
     obs_by_seq: dict[int, tuple] = {}
     for p in plans:
         c = p.claimed
-        hashes = []
-        for obs in p.outcome.observations:
-            payload_json = canonical_json(obs.payload)
-            digest = keys.payload_hash(payload_json)
-            hashes.append(digest)
-            okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
+        for okey, entity_key, payload_json, digest in _plan_observations(p):
             seq = len(o_rows)
-            obs_by_seq[seq] = (okey, obs.entity_key, payload_json, digest, p)
+            obs_by_seq[seq] = (okey, entity_key, payload_json, digest, p)
             o_rows.append(
-                [seq, okey, c.run_id, obs.entity_key[:500], c.window, c.partition, payload_json,
+                [seq, okey, c.run_id, entity_key[:500], c.window, c.partition, payload_json,
                  digest, c.task_id, p.attempt_id, c.scraper_version]
             )  # fmt: skip
-        if len(hashes) == 1:
-            p.payload_hash = hashes[0]
-        elif hashes:
-            p.payload_hash = keys.payload_hash("\n".join(hashes))
         for child in p.outcome.discovered:
             try:
                 url = keys.canonical_url(child.url)
