@@ -253,6 +253,9 @@ def gunicorn_command(port: int) -> list[str]:
         "10",
         "--access-logfile",
         "-",
+        # The access log would otherwise hold the webhook's path secret in clear.
+        "--logger-class",
+        "recovery.gunicorn_logging.RedactingLogger",
     ]
 
 
