@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# make demo DEMO_PORT=8001 DEMO_DATA=/tmp/salvage-demo (any other flag: DEMO_ARGS='--pages 500')
+DEMO_PORT ?= 8000
+DEMO_DATA ?= $(if $(SALVAGE_DATA_DIR),$(SALVAGE_DATA_DIR),var)
+
 demo: install
-	SALVAGE_INSECURE_DEV_KEY=1 $(BIN)/python manage.py demo $(DEMO_ARGS)
+	SALVAGE_INSECURE_DEV_KEY=1 $(BIN)/python manage.py demo --port $(DEMO_PORT) \
+		--data-dir $(DEMO_DATA) $(DEMO_ARGS)
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)

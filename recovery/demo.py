@@ -123,6 +123,31 @@ def port_free(port: int) -> bool:
     return True
 
 
+def busy_port_message(port: int) -> str:
+    return (
+        f"port {port} is taken: choose another with --port N "
+        f"(make demo DEMO_PORT=N), or --port 0 for a free one"
+    )
+
+
+def check_database() -> None:
+    """One line naming the database and what to do when it cannot be reached (PostgreSQL
+    through DATABASE_URL is optional; unset, the demo uses SQLite under the data directory)."""
+    from django.db import OperationalError, connection
+
+    try:
+        connection.ensure_connection()
+    except OperationalError as exc:
+        where = connection.settings_dict.get("HOST") or connection.settings_dict.get("NAME")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if connection.vendor == "postgresql":
+            raise DemoError(
+                f"cannot reach PostgreSQL at {where} ({first}): start it (Debian: apt-get "
+                "install postgresql), or unset DATABASE_URL to run the demo on SQLite"
+            ) from None
+        raise DemoError(f"cannot open the database {where}: {first}") from None
+
+
 # --- the run --------------------------------------------------------------------------------
 
 
@@ -268,6 +293,10 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
 
     data_dir = Path(settings.DATA_DIR)
     echo(f"Salvage demo: data in {data_dir}")
+    # Refuse a taken dashboard port before any work, naming the port and how to change it.
+    if port and not port_free(port):
+        raise DemoError(busy_port_message(port))
+    check_database()
     call_command("migrate", verbosity=0, interactive=False)
     logins = ensure_users()
     call_command("collectstatic", verbosity=0, interactive=False)
@@ -284,7 +313,7 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
         )
     web_port = port or free_port()
     if not port_free(web_port):
-        raise DemoError(f"--port: {web_port} is taken; choose another (0 picks a free one)")
+        raise DemoError(busy_port_message(web_port))
     state.update(sandbox_port=sandbox_port, pages=pages)
     save_state(state)
 

@@ -100,7 +100,14 @@ def database_from_url(url: str, data_dir: Path) -> dict:
 
 
 def sqlite_database(path: Path) -> dict:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "a file is in the way" if path.parent.is_file() else exc.strerror
+        raise ImproperlyConfigured(
+            f"data directory {path.parent}: cannot create it ({why}); "
+            "set SALVAGE_DATA_DIR (or the demo's --data-dir) to a directory you can write"
+        ) from None
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),
