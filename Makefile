@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,browser]"
 	touch $(STAMP)
 
 # make demo DEMO_PORT=8001 DEMO_DATA=/tmp/salvage-demo (any other flag: DEMO_ARGS='--pages 500')

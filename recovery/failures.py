@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from recovery import artefacts
 from recovery.providers.base import ErrorClass
 
 
@@ -193,7 +194,14 @@ def sanitise_artefact(
         if isinstance(body, bytes):
             body = body.decode("utf-8", "replace")
         clean["body_excerpt"] = str(body)[:BODY_EXCERPT_CHARS]
-    for key in ("file", "reason", "content_type"):
+    for key in ("file", "reason", "content_type", "screenshot_skipped"):
         if key in artefact and artefact[key] is not None:
             clean[key] = str(artefact[key])[:1000]
+    # Triage files of the browser provider (recovery.artefacts): content-hash names only.
+    for key, suffix in (("screenshot", "png"), ("rendered_html", "html")):
+        if artefacts.valid_name(artefact.get(key), suffix):
+            clean[key] = artefact[key]
+    refused = artefact.get("refused")
+    if isinstance(refused, list):
+        clean["refused"] = [str(item)[:600] for item in refused[:20]]
     return clean

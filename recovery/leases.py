@@ -447,7 +447,9 @@ def plan_outcome(
     """Decide a task's next state from its outcome (the retry table + budgets). Pure."""
     now = now or datetime.now(UTC)
     if outcome.ok:
-        return _Plan(claimed, outcome, TaskState.COMMITTED, "committed", "", "", None, None)
+        # A success may carry notes for triage (the browser provider's refused subresources).
+        notes = failures.sanitise_artefact(outcome.artefact) if outcome.artefact else None
+        return _Plan(claimed, outcome, TaskState.COMMITTED, "committed", "", "", None, notes)
     error_class = str(outcome.error_class)
     rule = failures.rule_for(outcome.error_class)
     detail = outcome.error_detail[:2000]

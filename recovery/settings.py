@@ -276,6 +276,10 @@ SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://exampl
 SALVAGE_MAX_RESPONSE_BYTES = env_int("SALVAGE_MAX_RESPONSE_BYTES", 5_000_000, minimum=1024)
 SALVAGE_REQUEST_DEADLINE = env_float("SALVAGE_REQUEST_DEADLINE", 30.0, minimum=0.1)
 SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "artefacts")))
+# The browser provider (recovery.providers.browser): Debian's Chromium, and the cap on a
+# failed page's screenshot kept for triage.
+SALVAGE_CHROMIUM = env_str("SALVAGE_CHROMIUM", "/usr/bin/chromium")
+SALVAGE_SCREENSHOT_MAX_BYTES = env_int("SALVAGE_SCREENSHOT_MAX_BYTES", 1_000_000, minimum=1024)
 SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
 # Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
 SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-PROVIDERS = ("direct", "messora", "tornado", "webscraper", "noop")
+PROVIDERS = ("direct", "browser", "messora", "tornado", "webscraper", "noop")
 FIELD_TYPES = ("text", "decimal", "int", "bool")
 MARKERS = ("expect", "consent", "login", "challenge", "empty_shell")
 TASK_OUTCOMES = ("committed", "quarantined", "gone", "dead")

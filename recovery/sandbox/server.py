@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from recovery.sandbox import site
+from recovery.sandbox import jsshop, site
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ def build_app(
     mounted name to its sub-application (for tests that reach into simulator state).
     """
     app = site.make_app(pages=pages, seed=seed, faults=faults, **shop_options)
+    # Pages that need JavaScript (the browser provider), at /js/.
+    app.add_subapp("/js/", jsshop.make_app(pages=pages, seed=seed))
     mounted: dict[str, web.Application] = {}
     wanted = SIMULATORS if simulators is None else {k: SIMULATORS[k] for k in simulators}
     for name, module_name in wanted.items():
