@@ -234,8 +234,9 @@ def child_environment(sandbox_port: int) -> dict[str, str]:
         SECURE_SSL_REDIRECT="0",
         SECURE_HSTS_SECONDS="0",
         SALVAGE_SECURE_COOKIES="0",
-        # The sandbox is on loopback, which outbound safety refuses unless allow-listed.
-        SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8,::1/128",
+        # The sandbox is on loopback, which outbound safety refuses unless allow-listed: its
+        # port only, so a manifest cannot reach the database or Redis on this machine.
+        SALVAGE_ALLOWED_NETWORKS=f"127.0.0.1:{sandbox_port},[::1]:{sandbox_port}",
         MESSORA_API_URL=f"{sandbox}/messora",
         # The simulator's own tenant key: a real key is never sent to the sandbox.
         MESSORA_API_KEY="sandbox-messora-key",

@@ -126,7 +126,9 @@ def child_environment(database_url: str, workdir: Path, options: DrillOptions) -
         SALVAGE_DATA_DIR=str(workdir / "var"),
         SALVAGE_INSECURE_DEV_KEY="1",
         SECURE_SSL_REDIRECT="0",
-        SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8,::1/128",
+        # Nothing on loopback until the sandbox has its port (Drill.env): a manifest must not
+        # reach the database or Redis on this machine.
+        SALVAGE_ALLOWED_NETWORKS="",
         SALVAGE_LEASE_SECONDS=str(options.lease_seconds),
         # Short backoff so retried pages come back within the drill; Retry-After is honoured
         # up to this cap (the sandbox asks for 2 s).
@@ -209,6 +211,7 @@ class Drill:
     supervisor: Supervisor = field(init=False)
     rng: random.Random = field(init=False)
     base_url: str = ""
+    allowed_networks: str = ""  # the sandbox's address and port, once it has one
     run_id: int = 0
     kills: int = 0
     worker_seq: int = 0
@@ -238,6 +241,7 @@ class Drill:
                 WEBSCRAPER_API_URL=f"{self.base_url}/webscraper",
                 WEBSCRAPER_API_TOKEN=CLOUD_TOKEN,
                 WEBSCRAPER_WEBHOOK_SECRET=self.webhook_secret,
+                SALVAGE_ALLOWED_NETWORKS=self.allowed_networks,
             )
         env.update(extra)
         return env
@@ -245,6 +249,8 @@ class Drill:
     def start_sandbox(self) -> None:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
+        # The sandbox's own port and nothing else on this machine.
+        self.allowed_networks = f"127.0.0.1:{port}"
         self.supervisor.start(
             "sandbox",
             manage_py(
@@ -269,6 +275,7 @@ class Drill:
         settings.WEBSCRAPER_API_URL = f"{self.base_url}/webscraper"
         settings.WEBSCRAPER_API_TOKEN = CLOUD_TOKEN
         settings.WEBSCRAPER_WEBHOOK_SECRET = self.webhook_secret
+        settings.SALVAGE_ALLOWED_NETWORKS = [self.allowed_networks]
 
     def start_worker(self, name: str | None = None, batch: int | None = None, **extra_env: str):
         """Start `manage.py work`; each start gets its own lease-owner id (name.N)."""
@@ -614,19 +621,58 @@ def verify_tasks(run_id: int, expected_keys: set[str], sandbox: dict | None) -> 
 
 def expected_final_states(run_id: int, seed: int, profile: str, bad_retailer: bool) -> dict:
     """Compare each product task's final state with what the sandbox says it should be."""
-    from recovery.models import Task
+    from recovery.models import Attempt, Task
     from recovery.sandbox import site
 
     wrong = 0
     examples = []
-    for url, state in Task.objects.filter(run_id=run_id).values_list("url", "state"):
+    rows = Task.objects.filter(run_id=run_id).values_list(
+        "pk", "url", "state", "last_error_class", "attempt_count"
+    )
+    for pk, url, state, error_class, attempts in rows:
         i = int(url.rstrip("/").rsplit("/", 1)[1])
         want = site.expected(i, seed=seed, profile=profile, bad_retailer=bad_retailer).final_state
         if state != want:
             wrong += 1
-            if len(examples) < 5:
-                examples.append({"product": i, "state": state, "expected": want})
+            if len(examples) < 10:
+                # The evidence an operator needs: what each attempt ended as, in order.
+                outcomes = list(
+                    Attempt.objects.filter(task_id=pk)
+                    .order_by("started_at")
+                    .values_list("outcome", "error_class")
+                )
+                examples.append(
+                    {
+                        "product": i,
+                        "url": url,
+                        "state": state,
+                        "expected": want,
+                        "last_error_class": error_class,
+                        "attempts": attempts,
+                        "attempt_outcomes": [f"{o}:{e}" if e else o for o, e in outcomes],
+                    }
+                )
     return {"unexpected_final_states": wrong, "examples": examples}
+
+
+def task_loss_property(
+    finished: bool, intended: int, lost: int, tasks: dict[str, Any], sandbox: dict[str, Any]
+) -> dict[str, Any]:
+    """`no_intended_task_lost`: every task terminal, and each as the sandbox predicts.
+
+    A page that ends other than predicted (a reset that ended `dead` after its worker was
+    killed too often) is a lost page too: its data was there to collect. The examples go
+    into the report, so `--json` says which pages and what their attempts ended as."""
+    return {
+        "ok": bool(finished) and lost == 0 and sandbox["unexpected_final_states"] == 0,
+        "intended": intended,
+        "lost": lost,
+        "missing_task_keys": tasks["missing_task_keys"],
+        "unfinished_tasks": tasks["unfinished_tasks"],
+        "tasks_by_state": tasks["tasks_by_state"],
+        "unexpected_final_states": sandbox["unexpected_final_states"],
+        "unexpected_final_state_examples": sandbox["examples"],
+    }
 
 
 def not_ok(reason: str, **figures: Any) -> dict[str, Any]:
@@ -714,15 +760,10 @@ def play(options: DrillOptions, workdir: Path, *, echo: Echo) -> dict[str, Any]:
             ),
             stale_writes_accepted=tasks["stale_writes_accepted"],
         )
-        props["no_intended_task_lost"] = {
-            "ok": collect["finished"] and report["lost"] == 0,
-            "intended": len(expected_keys),
-            "lost": report["lost"],
-            "missing_task_keys": tasks["missing_task_keys"],
-            "unfinished_tasks": tasks["unfinished_tasks"],
-            "tasks_by_state": tasks["tasks_by_state"],
-            "unexpected_final_states": sandbox["unexpected_final_states"],
-        }
+        report["unexpected_final_states"] = sandbox["unexpected_final_states"]
+        props["no_intended_task_lost"] = task_loss_property(
+            collect["finished"], len(expected_keys), report["lost"], tasks, sandbox
+        )
         props["no_duplicate_logical_observation"] = {
             "ok": report["duplicate_observations"] == 0 and report["stale_writes_accepted"] == 0,
             "attempts": tasks["attempts"],

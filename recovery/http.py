@@ -16,7 +16,8 @@ through `AddressGuard`:
   * With httpx's own transport the guard is httpcore's *network backend*: `connect_tcp(host)`
     resolves, checks and connects to the IP; httpcore still passes the URL's host as SNI.
 - Loopback, private, link-local, shared (CGNAT 100.64/10), unspecified, multicast, reserved and
-  other non-global addresses are refused unless inside SALVAGE_ALLOWED_NETWORKS. IPv4-mapped
+  other non-global addresses are refused unless inside SALVAGE_ALLOWED_NETWORKS (an entry may
+  name one port: `127.0.0.1:8765`, and is then checked against every hop's port). IPv4-mapped
   IPv6 addresses are judged as the IPv4 address they carry.
 - Redirects are followed by hand (`Fetcher.fetch`), so each hop goes through the same checks.
 - Environment proxies are ignored (trust_env=False): a proxy would connect on our behalf to an
@@ -86,15 +87,75 @@ class BlockedURL(FetchError):
 # --- addresses --------------------------------------------------------------------------------
 
 
-def parse_networks(items: Iterable[str]) -> tuple[IPNetwork, ...]:
-    """CIDRs from settings; a bad entry raises ValueError naming it."""
-    networks = []
+@dataclass(frozen=True)
+class AllowedNetwork:
+    """One SALVAGE_ALLOWED_NETWORKS entry: a network, and a port or None for every port."""
+
+    network: IPNetwork
+    port: int | None = None
+
+    def admits(self, address: IPAddress, port: int | None) -> bool:
+        if address.version != self.network.version or address not in self.network:
+            return False
+        return self.port is None or port == self.port
+
+    def __str__(self) -> str:
+        if self.port is None:
+            return str(self.network)
+        net = str(self.network)
+        if self.network.version == 6:
+            address, _, prefix = net.partition("/")
+            net = f"[{address}]" + (f"/{prefix}" if prefix != "128" else "")
+        elif net.endswith("/32"):
+            net = net[:-3]
+        return f"{net}:{self.port}"
+
+
+def parse_networks(items: Iterable[str]) -> tuple[AllowedNetwork, ...]:
+    """Allow-list entries from settings; a bad entry raises ValueError naming it.
+
+    Forms: `10.0.0.0/8` or `::1/128` (every port), `127.0.0.1:8765`, `10.0.0.0/8:443`,
+    `[::1]:8765`, `[fd00::]/8:443` (that port only). A bare IPv6 network takes no port (its
+    colons are the address's), so an IPv6 entry with a port is written in brackets.
+    """
+    entries = []
     for item in items:
+        text = item.strip()
+        if not text:
+            continue
         try:
-            networks.append(ipaddress.ip_network(item.strip(), strict=False))
-        except ValueError:
-            raise ValueError(f"SALVAGE_ALLOWED_NETWORKS: {item!r} is not a CIDR") from None
-    return tuple(networks)
+            entries.append(_parse_entry(text))
+        except ValueError as exc:
+            raise ValueError(
+                f"SALVAGE_ALLOWED_NETWORKS: {item!r} is not a network or network:port ({exc})"
+            ) from None
+    return tuple(entries)
+
+
+def _parse_entry(text: str) -> AllowedNetwork:
+    port_text = None
+    if text.startswith("["):
+        address, bracket, rest = text[1:].partition("]")
+        if not bracket:
+            raise ValueError("no closing bracket")
+        prefix, colon, port_text = rest.partition(":")
+        if prefix and not prefix.startswith("/"):
+            raise ValueError(f"unexpected {prefix!r} after the address")
+        if colon and not port_text:
+            raise ValueError("empty port")
+        network_text = address + prefix
+        port_text = port_text if colon else None
+    elif text.count(":") == 1:
+        network_text, _, port_text = text.partition(":")
+    else:
+        network_text = text
+    network = ipaddress.ip_network(network_text, strict=False)
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"port {port_text!r} is not 1-65535")
+        port = int(port_text)
+    return AllowedNetwork(network, port)
 
 
 def _inet_aton_part(part: str) -> int | None:
@@ -143,8 +204,13 @@ def numeric_host(host: str) -> IPAddress | None:
     return ipaddress.IPv4Address(number)
 
 
-def refusal_reason(address: IPAddress, allowed: Sequence[IPNetwork]) -> str | None:
-    """Why an address may not be contacted, or None when it may."""
+def refusal_reason(
+    address: IPAddress, allowed: Sequence[AllowedNetwork], port: int | None = None
+) -> str | None:
+    """Why an address (and port) may not be contacted, or None when it may.
+
+    An allow-list entry with a port admits only that port; `port=None` (not known) never
+    matches such an entry."""
     if isinstance(address, ipaddress.IPv6Address):
         # An IPv6 address that carries an IPv4 one is judged as that IPv4 address: mapped
         # (::ffff:a.b.c.d) and 6to4 (2002:AABB:CCDD::, routed to a.b.c.d by a relay).
@@ -152,9 +218,8 @@ def refusal_reason(address: IPAddress, allowed: Sequence[IPNetwork]) -> str | No
         embedded = address.ipv4_mapped or address.sixtofour
         if embedded is not None:
             address = embedded
-    for net in allowed:
-        if address.version == net.version and address in net:
-            return None
+    if any(entry.admits(address, port) for entry in allowed):
+        return None
     checks = (
         (address.is_unspecified, "unspecified"),
         (address.is_loopback, "loopback"),
@@ -167,15 +232,28 @@ def refusal_reason(address: IPAddress, allowed: Sequence[IPNetwork]) -> str | No
     )
     for hit, reason in checks:
         if hit:
+            ports = sorted(
+                {e.port for e in allowed if e.port is not None and e.admits(address, e.port)}
+            )
+            if ports:
+                # The network is allowed, on other ports: say so, it is the likely mistake.
+                listed = ", ".join(map(str, ports))
+                return f"{reason} (port {port} not allowed; allowed port(s): {listed})"
             return reason
     return None
+
+
+def default_port(scheme: str, port: int | None) -> int | None:
+    if port is not None:
+        return port
+    return {"http": 80, "https": 443}.get(scheme.lower())
 
 
 @dataclass(frozen=True)
 class AddressGuard:
     """Resolves hosts and refuses the addresses outbound safety forbids."""
 
-    allowed: tuple[IPNetwork, ...] = ()
+    allowed: tuple[AllowedNetwork, ...] = ()
 
     @classmethod
     def from_settings(cls, allowed_networks: Iterable[str] | None = None) -> AddressGuard:
@@ -185,12 +263,12 @@ class AddressGuard:
             allowed_networks = settings.SALVAGE_ALLOWED_NETWORKS
         return cls(parse_networks(allowed_networks))
 
-    def check_literal(self, host: str) -> IPAddress | None:
+    def check_literal(self, host: str, port: int | None) -> IPAddress | None:
         """For a numeric host: the checked address (BlockedURL if forbidden). None for names."""
         address = numeric_host(host)
         if address is None:
             return None
-        reason = refusal_reason(address, self.allowed)
+        reason = refusal_reason(address, self.allowed, port)
         if reason:
             written = "" if str(address) == host.strip("[]") else f" (written {host!r})"
             raise BlockedURL(
@@ -200,7 +278,7 @@ class AddressGuard:
 
     async def resolve(self, host: str, port: int) -> list[tuple[socket.AddressFamily, str]]:
         """Checked addresses for host, in resolver order. Raises BlockedURL or FetchError."""
-        literal = self.check_literal(host)
+        literal = self.check_literal(host, port)
         if literal is not None:
             family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
             return [(family, str(literal))]
@@ -215,7 +293,7 @@ class AddressGuard:
             if family not in (socket.AF_INET, socket.AF_INET6):
                 continue
             address = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
-            reason = refusal_reason(address, self.allowed)
+            reason = refusal_reason(address, self.allowed, port)
             if reason:
                 refused.append(f"{address} ({reason})")
             elif (family, str(address)) not in checked:
@@ -292,15 +370,42 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         if request.url.scheme not in ("http", "https"):
             raise BlockedURL(f"scheme {request.url.scheme!r} is not http or https")
         # IP literals never reach a resolver (aiohttp skips it), so they are checked here.
-        address = self.guard.check_literal(request.url.host)
+        port = default_port(request.url.scheme, request.url.port)
+        address = self.guard.check_literal(request.url.host, port)
         if address is not None and str(address) != request.url.host:
             # An allowed odd spelling (`127.1`): send to the canonical literal, which every
             # transport parses; the Host header httpx built keeps the original spelling.
             request.url = request.url.copy_with(host=str(address))
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        location = response.headers.get("location")
+        if response.status_code in REDIRECT_STATUSES and location is not None:
+            # httpx parses the Location itself when the response comes back; a target it
+            # cannot read would surface as a protocol error (filed `network`, retried) or an
+            # InvalidURL escaping the fetcher. Refuse it here, as the bad URL it is.
+            try:
+                redirect_target(request.url, location)
+            except BlockedURL:
+                await response.aclose()
+                raise
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def redirect_target(base: httpx.URL, location: str) -> httpx.URL:
+    """The URL a Location header leads to, read the way httpx reads it; BlockedURL if unusable."""
+    try:
+        url = httpx.URL(location)
+        if url.scheme and not url.host:
+            url = url.copy_with(host=base.host)  # httpx's leniency for `http:/path`
+        if url.is_relative_url:
+            url = base.join(url)
+    except httpx.InvalidURL as exc:
+        raise BlockedURL(
+            f"redirect target {location!r} refused: not a usable URL ({exc})"
+        ) from None
+    return url
 
 
 class _RefuseAll(http.cookiejar.DefaultCookiePolicy):
@@ -479,6 +584,11 @@ def _known_codec(name: str) -> str | None:
         return None
 
 
+# ASCII characters a host name may hold (IDN letters are not ASCII and pass); an IPv6
+# literal adds ':' and its zone's '%'.
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 @dataclass
 class FetchLimits:
     max_bytes: int
@@ -638,12 +748,18 @@ class Fetcher:
             )
         if not parts.hostname:
             raise BlockedURL(f"invalid URL{where} {url!r}: no host", hops=hops)
+        allowed = _HOST_CHARS | ({":", "%"} if ":" in parts.hostname else set())
+        bad = next((c for c in parts.hostname if c.isascii() and c not in allowed), None)
+        if bad is not None:
+            # A space, tab, backslash or percent-escape in a host name is no host: refuse it
+            # here rather than let a resolver's "not found" file it as a network failure.
+            raise BlockedURL(f"invalid URL{where} {url!r}: {bad!r} in the host", hops=hops)
         if parts.username is not None or parts.password is not None:
             raise BlockedURL(f"URL{where} carries credentials (user@host): refused", hops=hops)
         try:
             # Before httpx parses the host: it rejects some numeric spellings as invalid, and
             # the operator should read "loopback", not "invalid URL".
-            self.guard.check_literal(parts.hostname)
+            self.guard.check_literal(parts.hostname, default_port(parts.scheme, parts.port))
         except BlockedURL as exc:
             raise BlockedURL(f"{exc.detail}{where}", hops=hops) from None
         try:

@@ -11,7 +11,9 @@ import asyncio
 import gzip
 import ipaddress
 import itertools
+import re
 import socket
+import threading
 import time
 
 import pytest
@@ -267,9 +269,59 @@ def test_the_allow_list_admits_its_networks_only():
     assert refusal_reason(ipaddress.ip_address("::1"), allowed) == "loopback"
 
 
-def test_a_bad_allow_list_entry_is_named():
-    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
-        parse_networks(["127.0.0.0/8", "10.0.0.0/33"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "10.0.0.0/33",
+        "127.0.0.1:0",
+        "127.0.0.1:70000",
+        "127.0.0.1:http",
+        "[::1",
+        "[::1]x",
+        "[::1]:",
+        "host:80",
+    ],
+)
+def test_a_bad_allow_list_entry_is_named(entry):
+    with pytest.raises(ValueError, match=re.escape(repr(entry))):
+        parse_networks(["127.0.0.0/8", entry])
+
+
+@pytest.mark.parametrize(
+    ("entry", "network", "port"),
+    [
+        ("127.0.0.1:8765", "127.0.0.1/32", 8765),
+        ("10.0.0.0/8:443", "10.0.0.0/8", 443),
+        ("[::1]:8765", "::1/128", 8765),
+        ("[fd00::]/8:443", "fd00::/8", 443),
+        ("[::1]", "::1/128", None),
+        ("10.0.0.0/8", "10.0.0.0/8", None),
+        ("::1/128", "::1/128", None),
+        ("::1", "::1/128", None),  # bare IPv6: its colons are the address's, never a port
+    ],
+)
+def test_allow_list_entries_read_network_and_port(entry, network, port):
+    (parsed,) = parse_networks([entry])
+    assert (str(parsed.network), parsed.port) == (network, port)
+    assert parse_networks([str(parsed)]) == (parsed,)  # the written form reads back
+
+
+def test_an_entry_with_a_port_admits_that_port_only():
+    allowed = parse_networks(["127.0.0.1:8765", "10.0.0.0/8:443", "[::1]:8765", "192.168.0.0/16"])
+    ip = ipaddress.ip_address
+    assert refusal_reason(ip("127.0.0.1"), allowed, 8765) is None
+    assert refusal_reason(ip("::ffff:127.0.0.1"), allowed, 8765) is None
+    assert refusal_reason(ip("127.0.0.1"), allowed, 5432).startswith("loopback (port 5432 not")
+    assert "allowed port(s): 8765" in refusal_reason(ip("127.0.0.1"), allowed, 6379)
+    assert refusal_reason(ip("127.0.0.2"), allowed, 8765) == "loopback"
+    assert refusal_reason(ip("127.0.0.1"), allowed, None) is not None  # unknown port: refused
+    assert refusal_reason(ip("10.9.8.7"), allowed, 443) is None
+    assert refusal_reason(ip("10.9.8.7"), allowed, 80) is not None
+    assert refusal_reason(ip("::1"), allowed, 8765) is None
+    assert refusal_reason(ip("::1"), allowed, 8766) is not None
+    # A network alone still means every port.
+    assert refusal_reason(ip("192.168.3.4"), allowed, 1) is None
+    assert refusal_reason(ip("192.168.3.4"), allowed, 65535) is None
 
 
 # --- refusals over real sockets ---------------------------------------------------------------
@@ -378,9 +430,92 @@ def test_every_redirect_hop_is_checked_again(server2, transport, target):
     assert server2.hits.paths == [*before, "/r"]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"])
+def test_an_allow_list_port_admits_that_port_and_no_other(server, transport, name):
+    """Allowed on the server's port; the same host on another port (a database, Redis) is
+    refused before any connection, by name and by literal."""
+    allowed = [f"127.0.0.1:{server.port}"]
+    page = fetch(f"http://{name}:{server.port}/page", transport=transport, allowed_networks=allowed)
+    assert page.status == 200
+    with socket.socket() as other:  # a listening port that must never be reached
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        other.setblocking(False)
+        other_port = other.getsockname()[1]
+        url = f"http://{name}:{other_port}/"
+        error = fetch_error(url, transport=transport, allowed_networks=allowed)
+        assert error.error_class is ErrorClass.BLOCKED
+        assert f"port {other_port} not allowed" in error.detail
+        with pytest.raises(BlockingIOError):
+            other.accept()  # nobody connected
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_allow_list_port_is_checked_on_every_hop(server, transport):
+    """The first hop is on the allowed port; a redirect to another port of the same host is
+    refused, and to the default port too (no port written means 80)."""
+    allowed = [f"127.0.0.1:{server.port}"]
+    for target in (f"http://127.0.0.1:{server.port + 1}/page", "http://127.0.0.1/page"):
+        url = f"{server.base_url}/r?to={target}"
+        error = fetch_error(url, transport=transport, allowed_networks=allowed)
+        assert error.error_class is ErrorClass.BLOCKED
+        assert "redirect hop 1" in error.detail and "not allowed" in error.detail
+
+
+def raw_redirect_server(location: bytes) -> socket.socket:
+    """A server that answers every request with a 302 carrying `location` byte for byte
+    (aiohttp's own responses would quote a bad Location before it reached us)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\n"
+                    b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "location",
+    [
+        b"http://0177.0.0.1:9/page",  # httpx refuses this numeric spelling
+        b"http://127.0.0.1\t:9/page",  # a tab in the host
+        b"http://10.0.0.1\t/",
+        b"http:\\\\127.0.0.1\\page",  # backslashes: raised InvalidURL out of the fetcher
+        b"http://[::1/",
+        b"http://exa mple.com/",  # a space: was a DNS failure, filed `network`
+        b"http://%31%32%37.0.0.1/",  # percent-escapes in the host
+    ],
+)
+def test_every_refused_redirect_target_is_blocked_url(transport, location):
+    listener = raw_redirect_server(location)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+        error = fetch_error(url, transport=transport)
+    finally:
+        listener.close()
+    assert error.error_class is ErrorClass.BLOCKED, error.detail
+    assert "redirect" in error.detail or "in the host" in error.detail
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
+        ("http://exa mple.com/", "' ' in the host"),
+        ("http://a\\b.example/", "in the host"),
         ("ftp://example.com/file", "scheme 'ftp'"),
         ("file:///etc/passwd", "scheme 'file'"),
         ("gopher://127.0.0.1:70/", "scheme 'gopher'"),
@@ -532,9 +667,9 @@ def test_a_429_slows_the_host_and_successes_recover():
 def test_the_guard_reads_the_allow_list_from_settings(settings):
     settings.SALVAGE_ALLOWED_NETWORKS = ["192.168.0.0/16"]
     guard = AddressGuard.from_settings()
-    assert guard.check_literal("192.168.1.1") == ipaddress.IPv4Address("192.168.1.1")
+    assert guard.check_literal("192.168.1.1", 80) == ipaddress.IPv4Address("192.168.1.1")
     with pytest.raises(FetchError, match="loopback"):
-        guard.check_literal("127.0.0.1")
+        guard.check_literal("127.0.0.1", 80)
 
 
 def test_idle_host_gates_are_forgotten_busy_ones_kept(monkeypatch):
@@ -712,3 +847,18 @@ def test_binary_content_is_bad_encoding(content_type):
 def test_an_unknown_charset_name_falls_back_to_utf8():
     text, encoding, _ = make_page(b"ok", "text/html; charset=x-no-such").text()
     assert (text, encoding) == ("ok", "utf-8")
+
+
+def test_the_demo_allows_the_sandbox_port_only(settings, tmp_path):
+    from recovery import demo
+
+    settings.DATA_DIR = tmp_path
+    guard = AddressGuard.from_settings(
+        demo.child_environment(8765)["SALVAGE_ALLOWED_NETWORKS"].split(",")
+    )
+    assert guard.check_literal("127.0.0.1", 8765) and guard.check_literal("::1", 8765)
+    for port in (5432, 6379, 8000):  # PostgreSQL, Redis, the dashboard itself
+        with pytest.raises(FetchError, match=f"port {port} not allowed"):
+            guard.check_literal("127.0.0.1", port)
+    with pytest.raises(FetchError, match="loopback"):
+        guard.check_literal("127.0.0.2", 8765)
