@@ -13,6 +13,12 @@ import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# Longest URL a task may have, before and after canonicalisation (bytes = characters here:
+# a canonical URL is ASCII). Browsers and servers commonly stop at 8 KB; a longer "URL" in a
+# manifest is a pasted document, not a page.
+MAX_URL_LENGTH = 8192
+# C0 controls and DEL: never part of a URL (a raw NUL reached the database before this).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TRACKING_PARAMS = frozenset(
     {"gclid", "fbclid", "dclid", "msclkid", "yclid", "mc_cid", "mc_eid", "_ga", "_gl", "igshid"}
 )
@@ -47,10 +53,22 @@ def canonical_url(url: str) -> str:
     """Lower-case scheme and host, default port dropped, fragment dropped, query keys sorted,
     tracking parameters removed, path percent-encoding normalised."""
     if isinstance(url, str):
+        if len(url) > MAX_URL_LENGTH:
+            raise InvalidURL(
+                f"{url[:60]!r}...: {len(url):,} characters, over the "
+                f"{MAX_URL_LENGTH:,}-character limit"
+            )
         fast = _canonical_simple(url)
         if fast is not None:
             return fast
-    return _canonical_full(url)
+    canonical = _canonical_full(url)
+    if len(canonical) > MAX_URL_LENGTH:
+        # Percent-encoding can triple a path: the stored form must fit as well.
+        raise InvalidURL(
+            f"{url[:60]!r}...: {len(canonical):,} characters once percent-encoded, over the "
+            f"{MAX_URL_LENGTH:,}-character limit"
+        )
+    return canonical
 
 
 def _canonical_simple(url: str) -> str | None:
@@ -89,8 +107,12 @@ def _canonical_full(url: str) -> str:
     if not isinstance(url, str) or not url.strip():
         raise InvalidURL("empty URL")
     raw = url.strip()
-    if any(ch in raw for ch in "\r\n\t"):
-        raise InvalidURL(f"URL contains a control character: {raw!r}")
+    control = _CONTROL.search(raw)
+    if control:
+        raise InvalidURL(
+            f"URL contains a control character ({control.group()!r} at position "
+            f"{control.start() + 1}): {raw[:200]!r}"
+        )
     try:
         parts = urlsplit(raw)
         port = parts.port

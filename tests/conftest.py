@@ -6,6 +6,8 @@ import os
 
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 # The sandbox shop over real sockets (tests/sandbox_fixtures.py).
 from tests.sandbox_fixtures import (  # noqa: F401
@@ -14,6 +16,14 @@ from tests.sandbox_fixtures import (  # noqa: F401
     sandbox,
     sandbox_process,
 )
+
+# Property tests judge correctness, never speed: on a loaded CI machine a deadline or the
+# too_slow health check fails a correct test at random. HYPOTHESIS_PROFILE=default restores
+# Hypothesis's own checks for local work.
+hypothesis_settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def on_postgres() -> bool:

@@ -330,6 +330,19 @@ BAD_INPUTS = [
     ("m.jsonl", '{"url": "http://a.test/1", "priority": true}\n', "priority True must be"),
     ("m.jsonl", '{"url": "http://a.test/1", "page_type": 3}\n', "page_type must be a string"),
     ("m.txt", b"http://a.test/\xff\n", "not UTF-8"),
+    # Limits: 8,192 characters, no control characters (issue 13).
+    ("m.txt", "http://a.test/1\nhttp://a.test/" + "x" * 100_000 + "\n", "line 2: invalid URL"),
+    ("m.txt", "http://a.test/" + "x" * 9000 + "\n", "over the 8,192-character limit"),
+    ("m.txt", "http://a.test/" + "\u00e9" * 3000 + "\n", "once percent-encoded, over the 8,192"),
+    ("m.csv", "url\nhttp://a.test/1\nhttp://a.test/a\x00b\n", "line 3: invalid URL"),
+    ("m.csv", "url\nhttp://a.test/a\x00b\n", "control character ('\\x00' at position 16)"),
+    (
+        "m.jsonl",
+        '{"url": "http://a.test/a\\u0000b"}\n',
+        "line 1: invalid URL URL contains a control",
+    ),
+    ("m.txt", "http://a.test/a\x7fb\n", "control character ('\\x7f'"),
+    ("m.txt", "http://a.test/a\x1bb\n", "control character ('\\x1b'"),
 ]
 
 

@@ -173,6 +173,28 @@ def test_it_refuses_invalid_urls(url):
         keys.canonical_url(url)
 
 
+def test_property_tests_run_without_a_deadline_or_the_too_slow_check():
+    """tests/conftest.py loads the CI profile: a loaded machine cannot fail them at random."""
+    from hypothesis import HealthCheck
+
+    assert settings.default.deadline is None
+    assert HealthCheck.too_slow in settings.default.suppress_health_check
+
+
+def test_a_url_of_exactly_the_limit_is_accepted_one_more_is_not():
+    head = "http://a.test/"
+    exact = head + "x" * (keys.MAX_URL_LENGTH - len(head))
+    assert keys.canonical_url(exact) == exact
+    with pytest.raises(keys.InvalidURL, match="8,193 characters, over the 8,192-character limit"):
+        keys.canonical_url(exact + "x")
+
+
+@pytest.mark.parametrize("code", [*range(0x20), 0x7F])
+def test_every_control_character_is_refused(code):
+    with pytest.raises(keys.InvalidURL, match="control character"):
+        keys.canonical_url(f"http://a.test/a{chr(code)}b")
+
+
 def test_it_computes_the_same_key_from_a_canonical_url():
     url = "http://X.test:80/a?b=1&a=2"
     assert keys.task_key("d", url, "w", "p") == keys.task_key_from_canonical(
