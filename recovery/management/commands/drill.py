@@ -67,7 +67,8 @@ def format_report(report: dict) -> str:
         f"{report.get('seconds', '?')} s on {report.get('database', '?')}",
         f"  lost {report['lost']}, duplicate observations {report['duplicate_observations']}, "
         f"untraceable attempts {report['untraceable_attempts']}, "
-        f"stale writes accepted {report['stale_writes_accepted']}",
+        f"stale writes accepted {report['stale_writes_accepted']}, "
+        f"unexpected final states {report.get('unexpected_final_states', '?')}",
     ]
     for name, figures in report["properties"].items():
         mark = "ok  " if figures.get("ok") else "FAIL"
