@@ -22,6 +22,11 @@ urlpatterns = [
     path("reconcile/<int:job_id>/replace", views.reconcile_replace, name="reconcile_replace"),
     path("reconcile/<int:job_id>/dismiss", views.reconcile_dismiss, name="reconcile_dismiss"),
     path("tasks/<int:task_id>/", views.task_detail, name="task"),
+    path(
+        "tasks/<int:task_id>/attempts/<uuid:attempt_id>/screenshot.png",
+        views.attempt_screenshot,
+        name="attempt_screenshot",
+    ),
     path("deliveries/", views.deliveries, name="deliveries"),
     path("deliveries/<uuid:event_id>/retry", views.delivery_retry, name="delivery_retry"),
     path("deliveries/<uuid:event_id>/lookup", views.delivery_lookup, name="delivery_lookup"),

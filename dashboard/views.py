@@ -32,7 +32,7 @@ from dashboard.forms import (
     ReviewedForm,
     RunFilterForm,
 )
-from recovery import counters
+from recovery import artefacts, counters
 from recovery.models import (
     Attempt,
     AuditEntry,
@@ -529,6 +529,25 @@ def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         "note_form": NoteForm(initial={"task": task.pk, "partition": task.partition}),
     }
     return render(request, "dashboard/task_detail.html", context)
+
+
+@login_required
+@require_GET
+@permission_required(("recovery.view_task", "recovery.view_attempt"), raise_exception=True)
+def attempt_screenshot(request: HttpRequest, task_id: int, attempt_id) -> HttpResponse:
+    """A failed rendered page's screenshot: PNG bytes only, never anything a browser would
+    render as a document (recovery.artefacts checks the name and the PNG signature)."""
+    attempt = get_object_or_404(Attempt.objects.only("artefact"), pk=attempt_id, task_id=task_id)
+    try:
+        png = artefacts.read_screenshot((attempt.artefact or {}).get("screenshot"))
+    except artefacts.ArtefactMissing as exc:
+        raise Http404(str(exc)) from None
+    response = HttpResponse(png, content_type="image/png")
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Disposition"] = f'inline; filename="attempt-{attempt_id}.png"'
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
 
 
 # --- deliveries ------------------------------------------------------------------------------

@@ -122,3 +122,40 @@ class Listener:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def tiny_png(width: int = 2, height: int = 2) -> bytes:
+    """A valid PNG image (grey pixels), built by hand."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def screenshot_attempt(task, png: bytes | None = None, **artefact: Any):
+    """A quarantined attempt of `task` whose artefact names a stored screenshot."""
+    from recovery import artefacts, failures
+    from recovery.models import Attempt
+
+    name = artefacts.store(png if png is not None else tiny_png(), "png")
+    body = {"status": 200, "reason": "expected template not found", "screenshot": name}
+    body.update(artefact)
+    return Attempt.objects.create(
+        task=task,
+        run=task.run,
+        outcome="quarantined",
+        error_class="wrong_template",
+        error_detail="expected template not found: selector 'div.product'",
+        artefact=failures.sanitise_artefact(body),
+    )

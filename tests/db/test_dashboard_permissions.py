@@ -27,6 +27,7 @@ from recovery.models import (
     Task,
     TriageNote,
 )
+from tests.browser.browser_fixtures import screenshot_attempt
 from tests.browser.world import XSS_SCRIPT, XSS_URL, World, make_users, make_world
 
 ROLES = ("operator", "admin", "exporter", "nobody")
@@ -56,6 +57,12 @@ PAGES: dict[str, Page] = {
     "dashboard:batch": Page(lambda w: {"batch_id": _batch(w).pk}),
     "dashboard:reconcile": Page(),
     "dashboard:task": Page(lambda w: {"task_id": w.quarantined_task.pk}),
+    "dashboard:attempt_screenshot": Page(
+        lambda w: {
+            "task_id": w.quarantined_task.pk,
+            "attempt_id": screenshot_attempt(w.quarantined_task).pk,
+        }
+    ),
     "dashboard:deliveries": Page(),
     "dashboard:workers": Page(),
     "dashboard:exports": Page(allowed={"exporter"}),
