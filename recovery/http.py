@@ -263,8 +263,11 @@ class AddressGuard:
             allowed_networks = settings.SALVAGE_ALLOWED_NETWORKS
         return cls(parse_networks(allowed_networks))
 
-    def check_literal(self, host: str, port: int | None) -> IPAddress | None:
-        """For a numeric host: the checked address (BlockedURL if forbidden). None for names."""
+    def check_literal(self, host: str, port: int | None = None) -> IPAddress | None:
+        """For a numeric host: the checked address (BlockedURL if forbidden). None for names.
+
+        Pass the port the connection will use (`default_port`): without it, an allow-list
+        entry limited to a port never matches."""
         address = numeric_host(host)
         if address is None:
             return None

@@ -40,7 +40,7 @@ from selectolax.lexbor import LexborHTMLParser
 from recovery import artefacts, extraction, failures
 from recovery.browser_proxy import GuardedProxy
 from recovery.chromium import BrowserMissing, shared
-from recovery.http import AddressGuard, BlockedURL, Page
+from recovery.http import AddressGuard, BlockedURL, Page, default_port
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
 from recovery.providers import register
@@ -268,7 +268,7 @@ class BrowserProvider:
             raise BlockedURL(f"invalid URL {url!r}: no host")
         if parts.username is not None or parts.password is not None:
             raise BlockedURL("URL carries credentials (user@host): refused")
-        self.guard.check_literal(parts.hostname)
+        self.guard.check_literal(parts.hostname, default_port(parts.scheme, parts.port))
 
     async def _render(self, task: TaskInput, page_spec: dict, context, proxy) -> Outcome:
         ms = self.deadline * 1000
