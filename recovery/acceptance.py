@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from recovery import audit, counters, faults, outbox, validation
+from recovery import audit, counters, faults, outbox, provisional, validation
 from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run, Task
 from recovery.states import run as run_states
 from recovery.states.run import RunState
@@ -108,11 +108,14 @@ def ready_to_advance() -> bool:
     ):
         if not Task.objects.filter(recovery_batch_id=batch_id).exclude(state__in=TERMINAL).exists():
             return True
-    return any(
-        all_tasks_terminal(run_id)
-        for run_id in Run.objects.filter(acceptance_state=RunState.COLLECTING).values_list(
-            "pk", flat=True
+    return (
+        any(
+            all_tasks_terminal(run_id)
+            for run_id in Run.objects.filter(acceptance_state=RunState.COLLECTING).values_list(
+                "pk", flat=True
+            )
         )
+        or provisional.due()
     )
 
 
@@ -131,6 +134,8 @@ def advance_runs() -> int:
         if make_candidate(run_id):
             moved += 1
             promote_if_ready(run_id)
+    # Early warning while runs collect; the decision itself is make_candidate's evaluation.
+    provisional.check_due()
     return moved
 
 

@@ -418,6 +418,13 @@ class RunPartition(models.Model):
     quarantine_reason = models.TextField(blank=True)
     reviewed_by = models.CharField(max_length=150, blank=True)
     reviewed_at = models.DateTimeField(null=True, blank=True)
+    # Early (provisional) quarantine while the run collects (recovery.provisional): the sample
+    # read so far in commit order, its invalid counts per partition rule, and the flag.
+    sample_size = models.PositiveIntegerField(default=0)
+    sample_invalid = models.JSONField(default=dict, blank=True)
+    sample_last_id = models.BigIntegerField(default=0)
+    provisional_reason = models.TextField(blank=True)
+    provisional_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="runpartition_uniq")]

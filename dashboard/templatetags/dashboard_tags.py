@@ -56,3 +56,11 @@ def selection_summary(selection: Any) -> str:
         if values:
             parts.append(f"{key.replace('_', ' ')}: {', '.join(map(str, values))}")
     return "; ".join(parts)
+
+
+@register.inclusion_tag("dashboard/_provisional.html")
+def provisional_flags(run: Any) -> dict[str, Any]:
+    """The run's partitions flagged early while it collects (recovery.provisional)."""
+    from recovery import provisional
+
+    return {"run": run, "flags": provisional.shown_flags(run)}

@@ -68,20 +68,37 @@ def build_app(
 PARTITION_RULES = ("manifest", "host")
 
 
+# The price selector of each scraper version. Version 1 was written for the shop's original
+# template; version 2 also reads the bad retailer's redesigned pages (site.render_product's
+# new_template), where `.price` became the week's price change and the price is `.price-now`.
+PRICE_SELECTORS = {
+    1: "div.product .price",
+    2: "div.product .price-now, div.product .price:not(.price-change)",
+}
+
+
 def shop_spec_toml(
-    *, name: str = "sandbox-shop", partition_rule: str = "manifest", concurrency: int = 16
+    *,
+    name: str = "sandbox-shop",
+    partition_rule: str = "manifest",
+    concurrency: int = 16,
+    version: int = 1,
 ) -> str:
     """A dataset spec for the shop: markers, fields and rules matching its pages.
 
     The partition is the retailer: from the manifest's partition column (default), or the host
-    (one partition on a single sandbox unless it serves --retailer-hosts).
+    (one partition on a single sandbox unless it serves --retailer-hosts). `version` is the
+    scraper version: 2 carries the repaired price selector (seed 002's worked example).
     """
     if partition_rule not in PARTITION_RULES:
         raise ValueError(f"partition rule must be one of {', '.join(PARTITION_RULES)}")
+    if version not in PRICE_SELECTORS:
+        raise ValueError(f"scraper version must be one of {', '.join(map(str, PRICE_SELECTORS))}")
+    price = PRICE_SELECTORS[version]
     return f'''# Dataset spec for the Salvage sandbox shop (manage.py sandbox --spec-out).
 name = "{name}"
 provider = "direct"
-scraper_version = "1"
+scraper_version = "{version}"
 auto_accept = false
 max_attempts = 5
 max_elapsed_seconds = 3600
@@ -105,7 +122,7 @@ empty_shell = {{ min_text_chars = 40 }}
 
 [page_types.product.fields]
 title = {{ selector = "div.product h1", required = true }}
-price = {{ selector = "div.product .price", type = "decimal", required = true }}
+price = {{ selector = "{price}", type = "decimal", required = true }}
 sku = {{ selector = "[data-sku]", attr = "data-sku", required = true }}
 retailer = {{ selector = "[data-retailer]", attr = "data-retailer", required = true }}
 in_stock = {{ selector = ".stock", attr = "data-in-stock", type = "bool" }}

@@ -143,9 +143,13 @@ MIXED_SHARES: dict[str, float] = {
 # A per-kind profile (`faults="consent"`) gives that kind to one product in ten.
 KIND_PROFILE_EVERY = 10
 PROFILES = ("none", "mixed", "every", "bad_retailer", *[k for k in KINDS if k != "ok"])
-# Profiles whose retailer overlay is on: one retailer's prices come out invalid (negative).
+# Profiles whose retailer overlay is on: one retailer's pages change template (seed 002's
+# worked example). The redesigned page keeps every field in place except the price: the old
+# selector (`.price`) now finds the week's price change, a negative amount, and the price
+# itself moved to `.price-now`. Scraper version 1 reads invalid prices there; the spec's
+# version 2 (server.shop_spec_toml(version=2)) reads `.price-now` first and repairs them.
 _BAD_RETAILER_PROFILES = ("mixed", "bad_retailer")
-BAD_PRICE = "£-5.00"
+BAD_PRICE = "£-5.00"  # what version 1 reads from the bad retailer's new template
 
 
 def _unit(seed: int, salt: str, i: int) -> float:
@@ -323,15 +327,30 @@ def _description(p: Product, seed: int) -> str:
     return "".join(f"<p>{text}</p>" for text in paragraphs)
 
 
-def render_product(p: Product, seed: int, *, price: str | None = None, title: str = "") -> str:
+def render_product(
+    p: Product,
+    seed: int,
+    *,
+    price: str | None = None,
+    title: str = "",
+    new_template: bool = False,
+) -> str:
     links = "".join(
         f'<li><a class="product-link" href="/product/{r}">Product {r}</a></li>' for r in p.related
     )
     stock = "In stock" if p.in_stock else "Out of stock"
+    if new_template:
+        # The bad retailer's redesign: `.price` is now the change since last week.
+        price_html = (
+            f'<div class="price-box"><p class="price price-change" title="Change since last '
+            f'week">{BAD_PRICE}</p><p class="price-now">{price or p.price}</p></div>'
+        )
+    else:
+        price_html = f'<p class="price">{price or p.price}</p>'
     body = (
         f'<main><div class="product" data-sku="{p.sku}" data-retailer="{p.retailer}">'
         f"<h1>{title or p.title}</h1>"
-        f'<p class="price">{price or p.price}</p>'
+        f"{price_html}"
         f'<p>SKU: <span class="sku">{p.sku}</span></p>'
         f'<p class="stock" data-in-stock="{"true" if p.in_stock else "false"}">{stock}</p>'
         f'<p>Reviews: <span class="reviews">{p.reviews}</span></p>'
@@ -506,8 +525,8 @@ class Shop:
             p = self.product(i)
             if variant == "ok":
                 text = render_product(p, self.seed)
-            elif variant == "bad_price":
-                text = render_product(p, self.seed, price=BAD_PRICE)
+            elif variant == "new_template":
+                text = render_product(p, self.seed, new_template=True)
             elif variant == "price_na":
                 text = render_product(p, self.seed, price="N/A")
             else:
@@ -518,7 +537,7 @@ class Shop:
     def _product_ok(self, i: int) -> web.Response:
         p = self.product(i)
         bad = self.state.bad_retailer and p.retailer == bad_retailer_for(self.seed)
-        return _html(self._body(i, "bad_price" if bad else "ok"))
+        return _html(self._body(i, "new_template" if bad else "ok"))
 
     # -- handlers --
 

@@ -572,3 +572,33 @@ def test_retailer_hosts_serve_the_shop_for_host_partitioning(make_sandbox):
             assert fields_of(r.text)["retailer"] == row["partition"]
             assert httpx.URL(row["url"]).host == site.retailer_host(row["partition"])
         assert c.get(sb.retailer_product_url(3)).status_code == 200
+
+
+def test_version_2_of_the_spec_reads_the_bad_retailers_new_template(make_sandbox):
+    # Seed 002's worked example: the bad retailer's pages changed template; version 1's
+    # selector reads the price change (negative), version 2's reads the price, on both
+    # templates, and both spec versions pass the spec checks.
+    from recovery import extraction, specs
+
+    v1, v2 = (
+        specs.validate(tomllib.loads(server.shop_spec_toml(version=n)))["page_types"]["product"]
+        for n in (1, 2)
+    )
+    sb = make_sandbox(pages=40, faults="bad_retailer")
+    bad = site.bad_retailer_for(0)
+    theirs = next(i for i in range(1, 41) if sb.expected(i).retailer == bad)
+    others = next(i for i in range(1, 41) if sb.expected(i).retailer != bad)
+    with httpx.Client(base_url=sb.base_url, timeout=10) as c:
+        new_page = HTMLParser(c.get(f"/product/{theirs}").text)
+        old_page = HTMLParser(c.get(f"/product/{others}").text)
+    assert new_page.css_first(".price-now") is not None  # the redesign is served
+    assert old_page.css_first(".price-now") is None
+    price = lambda tree, spec: extraction.extract_fields(tree, spec["fields"])["price"]  # noqa: E731
+    assert price(new_page, v1) == extraction.parse_decimal(site.BAD_PRICE)
+    assert price(new_page, v2) == extraction.parse_decimal(site.product_for(theirs, pages=40).price)
+    for spec in (v1, v2):
+        assert price(old_page, spec) == extraction.parse_decimal(
+            site.product_for(others, pages=40).price
+        )
+    with pytest.raises(ValueError, match="scraper version"):
+        server.shop_spec_toml(version=3)

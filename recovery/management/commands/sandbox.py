@@ -29,6 +29,13 @@ class Command(BaseCommand):
             help="add a new item at the front of the listing every N offset-listing requests",
         )
         parser.add_argument("--spec-out", help="write a dataset spec (TOML) for this shop")
+        parser.add_argument(
+            "--scraper-version",
+            type=int,
+            default=1,
+            choices=sorted(server.PRICE_SELECTORS),
+            help="the spec's scraper version: 2 reads the bad retailer's new template",
+        )
         parser.add_argument("--manifest-out", help="write a CSV manifest for this shop")
         parser.add_argument("--manifest-mode", default="products", choices=server.MANIFEST_MODES)
         parser.add_argument(
@@ -104,6 +111,7 @@ class Command(BaseCommand):
                     name=options["dataset_name"],
                     partition_rule=options["partition_rule"]
                     or ("host" if options["retailer_hosts"] else "manifest"),
+                    version=options["scraper_version"],
                 ),
                 encoding="utf-8",
             )
