@@ -1,54 +1,12 @@
-"""Dashboard forms: GET filters for lists and the small POST forms behind each button."""
+"""Dashboard forms: the small POST forms behind each button (list filters: dashboard.lists)."""
 
 from __future__ import annotations
 
 from django import forms
 
-from recovery.models import OutboxEvent
 from recovery.providers.base import ErrorClass
-from recovery.states.delivery import DeliveryState
-from recovery.states.remote_job import RECONCILE, RemoteJobState
-from recovery.states.run import RunState
 
 REASON_MAX = 2000
-
-
-def _blank(choices) -> list[tuple[str, str]]:
-    return [("", "any"), *[(value, label) for value, label in choices]]
-
-
-class RunFilterForm(forms.Form):
-    dataset = forms.CharField(required=False, max_length=100)
-    state = forms.ChoiceField(required=False, choices=_blank(RunState.choices))
-
-
-class QuarantineFilterForm(forms.Form):
-    partition = forms.CharField(required=False, max_length=200)
-    error_class = forms.CharField(required=False, max_length=32)
-
-
-class ReconcileFilterForm(forms.Form):
-    state = forms.ChoiceField(
-        required=False,
-        choices=[("", "needs a decision"), *RemoteJobState.choices],
-    )
-    provider = forms.CharField(required=False, max_length=32)
-    run = forms.IntegerField(required=False, min_value=1)
-
-    def states(self) -> list[str]:
-        chosen = self.cleaned_data.get("state") if self.is_valid() else ""
-        return [chosen] if chosen else sorted(RECONCILE)
-
-
-class DeliveryFilterForm(forms.Form):
-    state = forms.ChoiceField(required=False, choices=_blank(DeliveryState.choices))
-    event_type = forms.ChoiceField(required=False, choices=_blank(OutboxEvent.Kind.choices))
-
-
-class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False, max_length=150)
-    action = forms.CharField(required=False, max_length=64)
-    object_type = forms.CharField(required=False, max_length=64)
 
 
 class ReasonForm(forms.Form):

@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("runs/", views.runs, name="runs"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("runs/<int:run_id>/tasks/", views.run_tasks, name="run_tasks"),
     path("runs/<int:run_id>/accept", views.run_accept, name="run_accept"),
     path("runs/<int:run_id>/reject", views.run_reject, name="run_reject"),
     path("runs/<int:run_id>/publish", views.run_publish, name="run_publish"),

@@ -19,18 +19,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, engine, keyset, login_throttle, runstats
+from dashboard import charts, engine, lists, login_throttle, runstats
 from dashboard.forms import (
     AttachJobForm,
-    AuditFilterForm,
-    DeliveryFilterForm,
     NoteForm,
-    QuarantineFilterForm,
     ReasonForm,
-    ReconcileFilterForm,
     RecoveryBatchForm,
     ReviewedForm,
-    RunFilterForm,
 )
 from recovery import artefacts, counters
 from recovery.models import (
@@ -111,24 +106,52 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @permission_required("recovery.view_run", raise_exception=True)
 def runs(request: HttpRequest) -> HttpResponse:
-    form = RunFilterForm(request.GET or None)
-    qs = Run.objects.select_related("dataset")
-    if form.is_valid():
-        if form.cleaned_data["dataset"]:
-            qs = qs.filter(dataset__name=form.cleaned_data["dataset"])
-        if form.cleaned_data["state"]:
-            qs = qs.filter(acceptance_state=form.cleaned_data["state"])
-    page = keyset.page(qs, request.GET.get("after"))
-    stats = runstats.summaries(page.rows)
+    listing = lists.bind(request, lists.RUNS, Run.objects.select_related("dataset"))
+    if listing.redirect:
+        return redirect(listing.redirect)
+    stats = runstats.summaries(listing.rows)
     rows = [
         {"run": run, "s": stats[run.pk], "bar": charts.progress_bar(stats[run.pk].counts, 0)}
-        for run in page.rows
+        for run in listing.rows
     ]
     datasets = Dataset.objects.order_by("name").values_list("name", flat=True)[:200]
     return render(
         request,
         "dashboard/runs.html",
-        {"form": form, "rows": rows, "page": page, "datasets": datasets},
+        {"listing": listing, "rows": rows, "datasets": datasets},
+        status=listing.status,
+    )
+
+
+@login_required
+@require_GET
+@permission_required(("recovery.view_run", "recovery.view_task"), raise_exception=True)
+def run_tasks(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A run's tasks: filter by state, partition, page type, error class; search by URL or key."""
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    listing = lists.bind(request, lists.TASKS, _task_rows(run), run=run)
+    if listing.redirect:
+        return redirect(listing.redirect)
+    return render(
+        request,
+        "dashboard/run_tasks.html",
+        {"run": run, "listing": listing, "states": TaskState.choices},
+        status=listing.status,
+    )
+
+
+def _task_rows(run: Run):
+    return Task.objects.filter(run=run).only(
+        "pk",
+        "run_id",
+        "url",
+        "state",
+        "partition",
+        "page_type",
+        "attempt_count",
+        "last_error_class",
+        "last_http_status",
+        "state_changed_at",
     )
 
 
@@ -149,7 +172,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         {
             "name": name,
             "flag": flags.get(name),
-            "cells": [grid.get(name, {}).get(s, 0) for s in states],
+            "cells": [(s, grid.get(name, {}).get(s, 0)) for s in states],
             "total": sum(grid.get(name, {}).values()),
         }
         for name in shown
@@ -240,8 +263,6 @@ def run_publish(request: HttpRequest, run_id: int) -> HttpResponse:
 @permission_required(("recovery.view_run", "recovery.view_task"), raise_exception=True)
 def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
-    form = QuarantineFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
     state = TaskState.DEAD if request.GET.get("state") == "dead" else TaskState.QUARANTINED
 
     grid = counters.by_partition(run.pk)
@@ -262,15 +283,10 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
     partitions.sort(key=lambda p: (not _flagged(p["flag"]), -p["quarantined"], p["name"]))
     groups, capped = runstats.error_groups(run.pk, state)
 
-    tasks = Task.objects.filter(run=run, state=state)
-    if filters.get("partition"):
-        tasks = tasks.filter(partition=filters["partition"])
-    if filters.get("error_class"):
-        tasks = tasks.filter(last_error_class=filters["error_class"])
-    page = keyset.page(
-        tasks.only("pk", "url", "partition", "page_type", "last_error_class", "last_http_status"),
-        request.GET.get("after"),
-    )
+    # The tasks of the chosen state, with the same filters, search and pager as a run's tasks.
+    listing = lists.bind(request, lists.TASKS, _task_rows(run).filter(state=state), run=run)
+    if listing.redirect:
+        return redirect(listing.redirect)
     failed_rules = sorted(
         set(
             ValidationResult.objects.filter(run=run, passed=False).values_list("rule", flat=True)[
@@ -306,20 +322,19 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
     ]
     context = {
         "run": run,
-        "form": form,
+        "listing": listing,
         "state": state,
         "batch_choices": batch_choices,
         "partitions": partitions,
         "groups": groups,
         "capped": capped,
         "sample_cap": runstats.SAMPLE_CAP,
-        "page": page,
         "batch_form": batch_form,
         "note_form": NoteForm(),
         "batches": RecoveryBatch.objects.filter(run=run).order_by("-pk")[:10],
         "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:20],
     }
-    return render(request, "dashboard/quarantine.html", context)
+    return render(request, "dashboard/quarantine.html", context, status=listing.status)
 
 
 @login_required
@@ -446,25 +461,18 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
 @require_GET
 @permission_required("recovery.view_remotejob", raise_exception=True)
 def reconcile(request: HttpRequest) -> HttpResponse:
-    form = ReconcileFilterForm(request.GET or None)
     qs = RemoteJob.objects.select_related("attempt__task", "run__dataset", "replaces")
-    qs = qs.filter(state__in=form.states())
-    if form.is_valid():
-        if form.cleaned_data["provider"]:
-            qs = qs.filter(provider=form.cleaned_data["provider"])
-        if form.cleaned_data["run"]:
-            qs = qs.filter(run_id=form.cleaned_data["run"])
-    page = keyset.page(qs, request.GET.get("after"))
+    listing = lists.bind(request, lists.RECONCILE_LIST, qs)
     return render(
         request,
         "dashboard/reconcile.html",
         {
-            "form": form,
-            "page": page,
+            "listing": listing,
             "open_states": RECONCILE,
             "attach_form": AttachJobForm(),
             "reason_form": ReasonForm(),
         },
+        status=listing.status,
     )
 
 
@@ -557,25 +565,20 @@ def attempt_screenshot(request: HttpRequest, task_id: int, attempt_id) -> HttpRe
 @require_GET
 @permission_required("recovery.view_outboxevent", raise_exception=True)
 def deliveries(request: HttpRequest) -> HttpResponse:
-    form = DeliveryFilterForm(request.GET or None)
-    qs = OutboxEvent.objects.select_related("run__dataset")
-    if form.is_valid():
-        if form.cleaned_data["state"]:
-            qs = qs.filter(state=form.cleaned_data["state"])
-        if form.cleaned_data["event_type"]:
-            qs = qs.filter(event_type=form.cleaned_data["event_type"])
-    page = keyset.page(qs, request.GET.get("after"), key="created_at", tiebreak="id")
+    listing = lists.bind(
+        request, lists.DELIVERIES, OutboxEvent.objects.select_related("run__dataset")
+    )
     return render(
         request,
         "dashboard/deliveries.html",
         {
-            "form": form,
-            "page": page,
+            "listing": listing,
             # The engine retries unsent, failed and uncertain events (an uncertain one is
             # looked up first); a lookup makes sense wherever the write may have landed.
             "retryable": {DeliveryState.UNSENT, DeliveryState.FAILED, DeliveryState.UNCERTAIN},
             "lookupable": {DeliveryState.FAILED, DeliveryState.UNCERTAIN},
         },
+        status=listing.status,
     )
 
 
@@ -611,7 +614,7 @@ def delivery_lookup(request: HttpRequest, event_id) -> HttpResponse:
 @permission_required(("recovery.view_workerheartbeat", "recovery.view_task"), raise_exception=True)
 def workers(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
-    page = keyset.page(WorkerHeartbeat.objects.all(), request.GET.get("after"))
+    listing = lists.bind(request, lists.WORKERS, WorkerHeartbeat.objects.all())
     # Leased tasks of collecting runs through the (run, state) index: at most workers x claim
     # batch rows, whatever the runs' sizes.
     active = Run.objects.filter(acceptance_state=RunState.COLLECTING).values("pk")[:200]
@@ -631,7 +634,14 @@ def workers(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/workers.html",
-        {"page": page, "leases": leases, "polls": polls, "now": now, "stale": now - LEASE_WARNING},
+        {
+            "listing": listing,
+            "leases": leases,
+            "polls": polls,
+            "now": now,
+            "stale": now - LEASE_WARNING,
+        },
+        status=listing.status,
     )
 
 
@@ -642,16 +652,14 @@ def workers(request: HttpRequest) -> HttpResponse:
 @require_GET
 @permission_required("recovery.export_dataset", raise_exception=True)
 def exports(request: HttpRequest) -> HttpResponse:
-    page = keyset.page(
-        Dataset.objects.all(), request.GET.get("after"), key="name", descending=False
-    )
+    listing = lists.bind(request, lists.DATASETS, Dataset.objects.all())
     try:
         current_run = engine.service("exports.current_run")
     except engine.ServiceUnavailable:
         current_run = None
         messages.error(request, "exports.current_run is not available in this build.")
     rows = []
-    for dataset in page.rows:
+    for dataset in listing.rows:
         current = current_run(dataset.name) if current_run else None
         older = Run.objects.filter(dataset=dataset, acceptance_state__in=AVAILABLE)
         if current is not None:
@@ -663,7 +671,12 @@ def exports(request: HttpRequest) -> HttpResponse:
                 "older": list(older.order_by("-accepted_at", "-pk")[:10]),
             }
         )
-    return render(request, "dashboard/exports.html", {"page": page, "rows": rows})
+    return render(
+        request,
+        "dashboard/exports.html",
+        {"listing": listing, "rows": rows},
+        status=listing.status,
+    )
 
 
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
@@ -697,11 +710,5 @@ def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse
 @require_GET
 @permission_required("recovery.view_audit", raise_exception=True)
 def audit(request: HttpRequest) -> HttpResponse:
-    form = AuditFilterForm(request.GET or None)
-    qs = AuditEntry.objects.all()
-    if form.is_valid():
-        for name in ("actor", "action", "object_type"):
-            if form.cleaned_data[name]:
-                qs = qs.filter(**{name: form.cleaned_data[name]})
-    page = keyset.page(qs, request.GET.get("after"))
-    return render(request, "dashboard/audit.html", {"form": form, "page": page})
+    listing = lists.bind(request, lists.AUDIT, AuditEntry.objects.all())
+    return render(request, "dashboard/audit.html", {"listing": listing}, status=listing.status)

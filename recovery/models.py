@@ -99,6 +99,9 @@ class RecoveryBatch(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name_plural = "recovery batches"
+
     def __str__(self) -> str:
         return f"batch {self.pk} of run {self.run_id}"
 
@@ -167,6 +170,9 @@ class Task(models.Model):
             models.Index(fields=["run", "state"], name="task_run_state_idx"),
             models.Index(fields=["run", "partition", "state"], name="task_run_part_state_idx"),
             models.Index(fields=["run", "last_error_class"], name="task_run_error_idx"),
+            # Not declared here: task_run_url_idx (run_id, URL key in byte order, id) serves a
+            # run's task list in URL order and URL-prefix search. Its expression differs per
+            # database, so migration 0006 creates it (dashboard.lists.UrlKey is the expression).
         ]
 
     def __str__(self) -> str:
@@ -314,7 +320,11 @@ class OutboxEvent(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["state", "next_attempt_at"], name="outbox_due_idx")]
+        indexes = [
+            models.Index(fields=["state", "next_attempt_at"], name="outbox_due_idx"),
+            # The deliveries list, newest first (dashboard.lists.DELIVERIES).
+            models.Index(fields=["created_at", "id"], name="outbox_created_idx"),
+        ]
 
 
 class RemoteJob(models.Model):
@@ -500,3 +510,6 @@ class AuditEntry(models.Model):
     reason = models.TextField(blank=True)
     detail = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name_plural = "audit entries"

@@ -1,11 +1,16 @@
-"""Template filters for the dashboard. None of them marks text safe: output is autoescaped."""
+"""Template filters and tags for the dashboard. Text is escaped; tags build HTML by format_html."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django import template
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -64,3 +69,99 @@ def provisional_flags(run: Any) -> dict[str, Any]:
     from recovery import provisional
 
     return {"run": run, "flags": provisional.shown_flags(run)}
+
+
+@register.simple_tag
+def list_href(listing: Any, **changes: Any) -> str:
+    """A link to the same list with `changes` (None or "" drops a parameter); the cursor goes.
+
+    One leading "?" and no blank parameters, whatever the current URL holds.
+    """
+    changes.setdefault("after", None)
+    return listing.href(**{k: (None if v is None else str(v)) for k, v in changes.items()})
+
+
+@register.simple_tag
+def sort_header(listing: Any, column: str, label: str) -> str:
+    """A column header that sorts the list by `column` (an order an index serves)."""
+    arrow = listing.sort_arrow(column)
+    return format_html(
+        '<a class="sort{}" href="{}">{}{}</a>',
+        " sorted" if arrow else "",
+        listing.sort_href(column),
+        label,
+        f" {arrow}" if arrow else "",
+    )
+
+
+@register.filter
+def when(value: Any) -> str:
+    """A time as "5 min ago" (or "in 5 min"), the absolute time to the second on hover."""
+    if not isinstance(value, datetime):
+        return ""
+    seconds = (timezone.now() - value).total_seconds()
+    absolute = timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(timespec="seconds"),
+        absolute,
+        relative(seconds),
+    )
+
+
+def relative(seconds: float) -> str:
+    """Seconds before now (negative: after) in the largest unit that keeps a whole number."""
+    ago = seconds >= 0
+    s = abs(seconds)
+    if s < 5:
+        return "just now"
+    if s < 90:
+        text = f"{int(s)} s"
+    elif s < 90 * 60:
+        text = f"{round(s / 60)} min"
+    elif s < 36 * 3600:
+        text = f"{round(s / 3600)} h"
+    else:
+        text = f"{round(s / 86400)} days"
+    return f"{text} ago" if ago else f"in {text}"
+
+
+@register.filter
+def stamp(value: Any) -> str:
+    """An absolute time to the second, never with microseconds ("" for none)."""
+    if not isinstance(value, datetime):
+        return ""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@register.simple_tag
+def url_with(view: str, *args: Any, **params: Any) -> str:
+    """reverse(view, args) plus the non-blank `params` as a query string (no `key=` links)."""
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    return reverse(view, args=args) + (f"?{query}" if query else "")
+
+
+@register.filter
+def audit_object_url(entry: Any) -> str:
+    """The dashboard page of an audit entry's object ("" when it has none)."""
+    kind, pk = entry.object_type, entry.object_id
+    detail = entry.detail if isinstance(entry.detail, dict) else {}
+    run = detail.get("run")
+    if not pk:
+        return ""
+    try:
+        if kind == "run":
+            return reverse("dashboard:run", args=[int(pk)])
+        if kind == "task":
+            return reverse("dashboard:task", args=[int(pk)])
+        if kind == "recoverybatch":
+            return reverse("dashboard:batch", args=[int(pk)])
+        if kind == "remotejob":
+            return reverse("dashboard:reconcile") + "?" + urlencode({"state": "any", "job": pk})
+        if kind == "outboxevent":
+            return reverse("dashboard:deliveries") + "?" + urlencode({"q": pk})
+        if kind in ("triagenote", "runpartition") and run:
+            return reverse("dashboard:quarantine", args=[int(run)])
+    except (TypeError, ValueError):
+        return ""
+    return ""

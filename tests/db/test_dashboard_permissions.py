@@ -54,6 +54,7 @@ PAGES: dict[str, Page] = {
     "dashboard:runs": Page(),
     "dashboard:run": Page(lambda w: {"run_id": w.run.pk}),
     "dashboard:quarantine": Page(lambda w: {"run_id": w.run.pk}),
+    "dashboard:run_tasks": Page(lambda w: {"run_id": w.run.pk}),
     "dashboard:batch": Page(lambda w: {"batch_id": _batch(w).pk}),
     "dashboard:reconcile": Page(),
     "dashboard:task": Page(lambda w: {"task_id": w.quarantined_task.pk}),
@@ -358,16 +359,17 @@ def test_it_pages_the_audit_log_with_a_cursor(world):
         audit.record("adam", "test_action", None, f"entry {i}")
     client = _client(world, "admin")
     first = client.get(reverse("dashboard:audit"), {"action": "test_action"})
-    page = first.context["page"]
+    page = first.context["listing"]
     assert len(page.rows) == 50 and page.next_cursor
     second = client.get(
         reverse("dashboard:audit"), {"action": "test_action", "after": page.next_cursor}
     )
-    rest = second.context["page"]
+    rest = second.context["listing"]
     assert len(rest.rows) == 10 and not rest.next_cursor
     assert {e.pk for e in page.rows}.isdisjoint({e.pk for e in rest.rows})
+    # A cursor the list cannot use is refused, not silently read as page one.
     bad = client.get(reverse("dashboard:audit"), {"after": "not-a-cursor"})
-    assert bad.status_code == 200
+    assert bad.status_code == 400
 
 
 def test_it_pages_deliveries_by_time_then_id(world):
@@ -375,10 +377,12 @@ def test_it_pages_deliveries_by_time_then_id(world):
         OutboxEvent.objects.create(run=world.accepted, event_type="published")
     client = _client(world, "admin")
     first = client.get(reverse("dashboard:deliveries"))
-    cursor = first.context["page"].next_cursor
+    cursor = first.context["listing"].next_cursor
     assert cursor
     second = client.get(reverse("dashboard:deliveries"), {"after": cursor})
-    seen = [e.pk for e in first.context["page"].rows] + [e.pk for e in second.context["page"].rows]
+    seen = [e.pk for e in first.context["listing"].rows] + [
+        e.pk for e in second.context["listing"].rows
+    ]
     assert len(seen) == len(set(seen)) == OutboxEvent.objects.count()
 
 

@@ -1,0 +1,467 @@
+"""Dashboard lists, declared once: a queryset + a filterset + sorts + a search + a keyset pager.
+
+A view binds a `ListSpec` to its base queryset with `bind()` and renders the `Listing`; the page,
+its pager links, its sort headers and its filter links all read the same GET parameters, so a
+filter is kept when paging and dropped from nothing. Each sort is an order an index serves (the
+schema comment on each index names the list), and the keyset cursor follows the sort.
+
+Search (`q`): an exact key goes straight to its object (a task key or observation key anywhere,
+and inside a run a URL, an entity key or a provider job id); otherwise each list narrows by its
+own indexed search (a run's tasks by URL prefix, the reconcile queue by provider job id prefix).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import django_filters
+from django.core.exceptions import BadRequest
+from django.db.models import Func, QuerySet, TextField
+from django.forms import TextInput
+from django.http import HttpRequest, QueryDict
+from django.urls import reverse
+
+from dashboard import keyset
+from recovery import keys
+from recovery.models import (
+    AuditEntry,
+    Dataset,
+    Observation,
+    OutboxEvent,
+    RemoteJob,
+    Run,
+    Task,
+    WorkerHeartbeat,
+)
+from recovery.providers import REGISTRY
+from recovery.states.delivery import DeliveryState
+from recovery.states.remote_job import RECONCILE, RemoteJobState
+from recovery.states.run import RunState
+from recovery.states.task import TaskState
+
+# The URL sort/search key: the first URL_KEY_CHARS characters in byte order. A btree entry must
+# stay under ~2.7 kB and a URL may be up to 8 kB; byte order ("C" collation) is what makes one
+# index serve both ORDER BY and a prefix range. Index: recovery/migrations/0006 task_run_url_idx.
+URL_KEY_CHARS = 500
+HEX_KEY = re.compile(r"[0-9a-f]{64}")
+SEARCH_MAX = 2000
+
+
+class UrlKey(Func):
+    """substr(url, 1, 500), in byte order: exactly the expression task_run_url_idx indexes."""
+
+    output_field = TextField()
+
+    def as_sql(self, compiler, conn, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"substr({sql}, 1, {URL_KEY_CHARS})", params
+
+    def as_postgresql(self, compiler, conn, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f'(substr({sql}, 1, {URL_KEY_CHARS}) COLLATE "C")', params
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """[low, high) of every key starting with `prefix` in byte (code point) order."""
+    low = prefix[:URL_KEY_CHARS]
+    return low, low + "\U0010ffff"
+
+
+# --- filtersets ------------------------------------------------------------------------------
+
+
+def _blank(choices) -> list[tuple[str, str]]:
+    return [(value, label) for value, label in choices]
+
+
+class SearchFilterSet(django_filters.FilterSet):
+    """Every list's search box; each list's filterset says what a search means there."""
+
+    q = django_filters.CharFilter(method="search", label="Search", max_length=SEARCH_MAX)
+
+    def search(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        return qs
+
+
+class RunFilter(SearchFilterSet):
+    dataset = django_filters.CharFilter(
+        field_name="dataset__name", max_length=100, widget=TextInput(attrs={"list": "datasets"})
+    )
+    state = django_filters.ChoiceFilter(
+        field_name="acceptance_state", choices=_blank(RunState.choices), empty_label="any"
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        # Dataset names are unique and indexed: a prefix range on that index.
+        low, high = prefix_range(value)
+        return qs.filter(dataset__name__gte=low, dataset__name__lt=high)
+
+
+class TaskFilter(SearchFilterSet):
+    state = django_filters.ChoiceFilter(choices=_blank(TaskState.choices), empty_label="any")
+    partition = django_filters.CharFilter(max_length=200)
+    page_type = django_filters.CharFilter(max_length=64)
+    error_class = django_filters.CharFilter(field_name="last_error_class", max_length=32)
+
+    class Meta:
+        model = Task
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        """URL prefix through task_run_url_idx; without a scheme, http:// and https://."""
+        prefixes = [value] if "://" in value else [f"https://{value}", f"http://{value}"]
+        matches = None
+        for prefix in prefixes:
+            low, high = prefix_range(_lower_origin(prefix))
+            one = qs.filter(url_key__gte=low, url_key__lt=high)
+            if len(prefix) > URL_KEY_CHARS:
+                one = one.filter(url__startswith=prefix)
+            matches = one if matches is None else matches | one
+        return matches
+
+
+def _lower_origin(url: str) -> str:
+    # Stored URLs are canonical: scheme and host in lower case (recovery.keys.canonical_url).
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme.lower()}{sep}{host.lower()}{slash}{path}"
+
+
+class RemoteJobFilter(SearchFilterSet):
+    state = django_filters.ChoiceFilter(
+        method="filter_state",
+        choices=[("any", "any state"), *RemoteJobState.choices],
+        empty_label="needs a decision",
+    )
+    provider = django_filters.CharFilter(max_length=32)
+    run = django_filters.NumberFilter(field_name="run_id", min_value=1)
+    job = django_filters.NumberFilter(field_name="id", min_value=1, label="Job #")
+
+    class Meta:
+        model = RemoteJob
+        fields: list[str] = []
+
+    def filter_state(self, qs, name, value):
+        return qs if value == "any" else qs.filter(state=value)
+
+    def filter_queryset(self, queryset):
+        data = self.form.cleaned_data
+        # Default: what needs a decision; a search looks through every state.
+        if not data.get("state") and not data.get("q") and not data.get("job"):
+            queryset = queryset.filter(state__in=sorted(RECONCILE))
+        return super().filter_queryset(queryset)
+
+    def search(self, qs, name, value):
+        # Provider job ids are unique per provider: (provider, provider_job_id) index, once per
+        # known provider.
+        low, high = prefix_range(value)
+        return qs.filter(
+            provider__in=_providers(), provider_job_id__gte=low, provider_job_id__lt=high
+        )
+
+
+class OutboxFilter(SearchFilterSet):
+    state = django_filters.ChoiceFilter(choices=_blank(DeliveryState.choices), empty_label="any")
+    event_type = django_filters.ChoiceFilter(
+        choices=_blank(OutboxEvent.Kind.choices), empty_label="any"
+    )
+    run = django_filters.NumberFilter(field_name="run_id", min_value=1)
+
+    class Meta:
+        model = OutboxEvent
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        # Event ids are the primary key: a pasted id (or its first characters) is a range on it.
+        hexdigits = value.replace("-", "").lower()
+        if not re.fullmatch(r"[0-9a-f]{1,32}", hexdigits):
+            return qs.none()
+        low = hexdigits.ljust(32, "0")
+        high = hexdigits.ljust(32, "f")
+        return qs.filter(pk__gte=_uuid(low), pk__lte=_uuid(high))
+
+
+def _uuid(hex32: str) -> str:
+    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+
+
+class WorkerFilter(SearchFilterSet):
+    class Meta:
+        model = WorkerHeartbeat
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        low, high = prefix_range(value)
+        return qs.filter(worker__gte=low, worker__lt=high)
+
+
+class AuditFilter(SearchFilterSet):
+    actor = django_filters.CharFilter(max_length=150)
+    action = django_filters.CharFilter(max_length=64)
+    object_type = django_filters.CharFilter(max_length=64)
+    object_id = django_filters.CharFilter(max_length=100)
+
+    class Meta:
+        model = AuditEntry
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        # The log is read newest first through its `at` index; a search narrows that scan.
+        return qs.filter(reason__icontains=value)
+
+
+class DatasetFilter(SearchFilterSet):
+    class Meta:
+        model = Dataset
+        fields: list[str] = []
+
+    def search(self, qs, name, value):
+        low, high = prefix_range(value)
+        return qs.filter(name__gte=low, name__lt=high)
+
+
+# --- exact keys: straight to the object ------------------------------------------------------
+
+
+def find_key(value: str, run: Run | None = None) -> str | None:
+    """The page of the object an exact key names, or None.
+
+    Every lookup is a unique-index probe: task_key, observation_key, (provider, provider_job_id);
+    inside a run also a URL (its task keys, one per page type) and an entity key (its
+    observation key).
+    """
+    value = value.strip()
+    if HEX_KEY.fullmatch(value):
+        task_id = Task.objects.filter(task_key=value).values_list("pk", flat=True).first()
+        if task_id is None:
+            task_id = (
+                Observation.objects.filter(observation_key=value)
+                .values_list("source_task_id", flat=True)
+                .first()
+            )
+        if task_id is not None:
+            return reverse("dashboard:task", args=[task_id])
+    job = (
+        RemoteJob.objects.filter(provider__in=_providers(), provider_job_id=value)
+        .values_list("pk", "state", "attempt__task_id")
+        .first()
+    )
+    if job is not None:
+        return reverse("dashboard:task", args=[job[2]])
+    if run is None:
+        return None
+    dataset = run.dataset.name
+    if "://" in value:
+        try:
+            canonical = keys.canonical_url(value)
+        except ValueError:
+            canonical = None
+        if canonical:
+            page_types = sorted((run.dataset.spec or {}).get("page_types", {}) or ["page"])
+            candidates = [
+                keys.task_key_from_canonical(dataset, canonical, run.window, p) for p in page_types
+            ]
+            task_ids = list(
+                Task.objects.filter(task_key__in=candidates).values_list("pk", flat=True)[:2]
+            )
+            if len(task_ids) == 1:
+                return reverse("dashboard:task", args=[task_ids[0]])
+    observation = keys.observation_key(dataset, value, run.window)
+    task_id = (
+        Observation.objects.filter(observation_key=observation)
+        .values_list("source_task_id", flat=True)
+        .first()
+    )
+    if task_id is not None:
+        return reverse("dashboard:task", args=[task_id])
+    return None
+
+
+def _providers() -> list[str]:
+    from recovery.providers import builtin  # noqa: F401  (fills REGISTRY)
+
+    return sorted(REGISTRY)
+
+
+# --- lists -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sort:
+    label: str
+    order: keyset.Order
+
+
+@dataclass(frozen=True)
+class ListSpec:
+    name: str
+    filterset: type[SearchFilterSet]
+    sorts: dict[str, Sort]  # by `?sort=` value; the first is the default
+    prepare: Callable[[QuerySet], QuerySet] | None = None  # annotations the sorts need
+    search_help: str = "search"
+    jump: bool = True  # an exact key in `q` redirects to its object
+
+    @property
+    def default_sort(self) -> str:
+        return next(iter(self.sorts))
+
+
+@dataclass
+class Listing:
+    spec: ListSpec
+    params: QueryDict
+    filterset: SearchFilterSet
+    sort: str
+    rows: list[Any] = field(default_factory=list)
+    next_cursor: str = ""
+    redirect: str | None = None
+    status: int = 200
+
+    @property
+    def form(self):
+        return self.filterset.form
+
+    @property
+    def q(self) -> str:
+        return self.params.get("q", "")
+
+    def href(self, **changes: str | None) -> str:
+        """This list's URL with `changes` applied (None drops a key); always one leading `?`."""
+        params = self.params.copy()
+        for key, value in changes.items():
+            if value is None or value == "":
+                params.pop(key, None)
+            else:
+                params[key] = value
+        encoded = params.urlencode()
+        return f"?{encoded}" if encoded else "?"
+
+    def sort_href(self, column: str) -> str:
+        """The header link: ascending first, then the opposite of the current order."""
+        target = f"-{column}" if self.sort == column else column
+        if target not in self.spec.sorts:
+            target = column if column in self.spec.sorts else f"-{column}"
+        return self.href(sort=target, after=None)
+
+    def sort_arrow(self, column: str) -> str:
+        if self.sort == column:
+            return "▲"
+        if self.sort == f"-{column}":
+            return "▼"
+        return ""
+
+    @property
+    def next_href(self) -> str:
+        return self.href(after=self.next_cursor) if self.next_cursor else ""
+
+    @property
+    def first_href(self) -> str:
+        return self.href(after=None) if self.params.get("after") else ""
+
+
+def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | None = None):
+    """Filter, search, sort and page `queryset` as the request's GET parameters say."""
+    params = request.GET.copy()
+    # Blank parameters (an empty filter box) are dropped so links never carry `key=`.
+    for key in [k for k, v in params.lists() if not any(v)]:
+        del params[key]
+    sort = params.get("sort") or spec.default_sort
+    if sort not in spec.sorts:
+        raise BadRequest(f"unknown sort {sort!r} (known: {', '.join(spec.sorts)})")
+    if spec.prepare is not None:
+        queryset = spec.prepare(queryset)
+    filterset = spec.filterset(params, queryset=queryset)
+    filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help, type="search")
+    listing = Listing(spec=spec, params=params, filterset=filterset, sort=sort)
+    if not filterset.is_valid():
+        listing.status = 400
+        return listing
+    q = filterset.form.cleaned_data.get("q") or ""
+    if q and spec.jump:
+        listing.redirect = find_key(q, run)
+        if listing.redirect:
+            return listing
+    page = keyset.page(filterset.qs, params.get("after"), order=spec.sorts[sort].order)
+    listing.rows = page.rows
+    listing.next_cursor = page.next_cursor
+    return listing
+
+
+def _url_key(qs: QuerySet) -> QuerySet:
+    return qs.annotate(url_key=UrlKey("url"))
+
+
+def _newest(label: str = "Newest") -> dict[str, Sort]:
+    return {
+        "-id": Sort(label, keyset.Order(("id",), descending=True)),
+        "id": Sort("Oldest", keyset.Order(("id",), descending=False)),
+    }
+
+
+RUNS = ListSpec(
+    "runs", RunFilter, _newest(), search_help="dataset name, task key, observation key, job id"
+)
+# A run's tasks: in URL order through task_run_url_idx (run_id, url key, id).
+TASKS = ListSpec(
+    "tasks",
+    TaskFilter,
+    {
+        "url": Sort("URL", keyset.Order(("url_key", "id"), descending=False)),
+        "-url": Sort("URL, descending", keyset.Order(("url_key", "id"), descending=True)),
+    },
+    prepare=_url_key,
+    search_help="URL or its beginning, task key, entity key, observation key, job id",
+)
+RECONCILE_LIST = ListSpec(
+    "reconcile", RemoteJobFilter, _newest(), search_help="provider job id", jump=False
+)
+# Outbox events newest first through outbox_created_idx (created_at, id).
+DELIVERIES = ListSpec(
+    "deliveries",
+    OutboxFilter,
+    {
+        "-created": Sort("Newest", keyset.Order(("created_at", "id"), descending=True)),
+        "created": Sort("Oldest", keyset.Order(("created_at", "id"), descending=False)),
+    },
+    search_help="event id or its beginning",
+    jump=False,
+)
+# Workers by name through the unique index on worker.
+WORKERS = ListSpec(
+    "workers",
+    WorkerFilter,
+    {
+        "worker": Sort("Worker", keyset.Order(("worker",), descending=False)),
+        "-worker": Sort("Worker, descending", keyset.Order(("worker",), descending=True)),
+    },
+    search_help="worker name or its beginning",
+    jump=False,
+)
+# The audit log newest first through the index on `at` (then id).
+AUDIT = ListSpec(
+    "audit",
+    AuditFilter,
+    {
+        "-at": Sort("Newest", keyset.Order(("at", "id"), descending=True)),
+        "at": Sort("Oldest", keyset.Order(("at", "id"), descending=False)),
+    },
+    search_help="words of the reason",
+    jump=False,
+)
+DATASETS = ListSpec(
+    "datasets",
+    DatasetFilter,
+    {
+        "name": Sort("Name", keyset.Order(("name",), descending=False)),
+        "-name": Sort("Name, descending", keyset.Order(("name",), descending=True)),
+    },
+    search_help="dataset name or its beginning",
+    jump=False,
+)
