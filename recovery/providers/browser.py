@@ -39,7 +39,7 @@ from selectolax.lexbor import LexborHTMLParser
 
 from recovery import artefacts, extraction, failures
 from recovery.browser_proxy import GuardedProxy
-from recovery.chromium import BrowserMissing, shared
+from recovery.chromium import BrowserMissing, close_shared, shared
 from recovery.http import AddressGuard, BlockedURL, Page, default_port
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
@@ -215,7 +215,9 @@ class BrowserProvider:
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     async def aclose(self) -> None:
-        return None  # the browser is the worker's (recovery.chromium), not this provider's
+        # The worker closes its providers when it stops: the browser goes with them (another
+        # provider instance on this loop would start a new one on its next task).
+        await close_shared()
 
     async def execute(self, task: TaskInput) -> Outcome:
         page_spec = (task.spec.get("page_types") or {}).get(task.page_type)

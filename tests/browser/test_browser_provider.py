@@ -1,8 +1,9 @@
 """The browser provider against the sandbox's JavaScript pages, in headless Chromium.
 
 Values come from the sandbox's own functions (jsshop.expected_values), never hard-coded.
-Outbound safety: the allow-list is 127.0.0.1 only (the sandbox); a listener on another
-loopback address records every connection it gets, so "refused" is proven by its own log.
+Outbound safety: the allow-list is the sandbox's own address and port (127.0.0.1:<port>);
+a listener on another loopback port records every connection it gets, so "refused" is proven
+by its own log.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(autouse=True)
-def _only_the_sandbox_is_allowed(settings, tmp_path):
+def _only_the_sandbox_is_allowed(settings, tmp_path, sandbox):  # noqa: F811
     need_chromium()
-    settings.SALVAGE_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
     settings.SALVAGE_ARTEFACT_DIR = tmp_path / "artefacts"
 
 
 @pytest.fixture
 def listener():
-    server = Listener("127.0.0.2")
+    server = Listener("127.0.0.1")
     yield server
     server.close()
 
@@ -78,7 +79,7 @@ def test_scripts_images_and_websockets_never_reach_a_forbidden_address(sandbox, 
     assert f"GET http://{target}/fetch" in refused
     assert f"GET http://{target}/img" in refused
     assert f"CONNECT {target}" in refused  # the WebSocket's tunnel
-    assert "loopback address not in SALVAGE_ALLOWED_NETWORKS" in refused
+    assert f"port {listener.port} not allowed" in refused
     assert listener.seen == []
 
 
