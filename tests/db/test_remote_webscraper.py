@@ -251,10 +251,57 @@ def test_webhook_body_abuse_is_refused_or_sanitised_never_a_500(cloud, client):
     assert WebhookReceipt.objects.count() == 0
     response = client.post(
         f"/hooks/webscraper/{SECRET}",
-        data=b"scrapingjob_id=%ff%fe&status=finished\x00&custom_id=api_token%3Dabc",
+        data=b"scrapingjob_id=1&status=finished&custom_id=api_token%3Dabc",
         content_type="application/x-www-form-urlencoded",
     )
     assert response.status_code == 200
     receipt = WebhookReceipt.objects.get()
     assert "abc" not in receipt.body.get("custom_id", "")
     assert client.get(f"/hooks/webscraper/{SECRET}").status_code == 405
+
+
+FORM = "application/x-www-form-urlencoded"
+BAD_BODIES = [
+    # (content type, body, what the 400 names)
+    ("application/json", b'{"scrapingjob_id": 1, "status": "finished"}', "Content-Type"),
+    ("text/plain", b"scrapingjob_id=1", "Content-Type"),
+    (FORM, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not UTF-8"),
+    (FORM, b"scrapingjob_id=%ff%fe&status=finished", "not UTF-8"),
+    (FORM, b"scrapingjob_id=1&status=fin%00ished", "control character"),
+    (FORM, b"scrapingjob_id=1&status=finished\x00", "control character"),
+    (FORM, b"scrapingjob_id=1&scrapingjob_id=2", "more than once"),
+    (FORM, b"scrapingjob_id=1&&&status", "not a form"),
+    (FORM, b"status=finished", "scrapingjob_id is missing"),
+    (FORM, b"", "Content-Type"),  # the test client drops the type of an empty body
+    (FORM, b"scrapingjob_id=1/../2", "not a job id"),
+    (FORM, b"scrapingjob_id=1&custom_id=" + b"x" * 201, "longer than 200"),
+    (FORM, b"&".join(b"f%d=1" % i for i in range(40)) + b"&scrapingjob_id=1", "not a form"),
+    ("multipart/form-data; boundary=zzz", b"--zzz\r\nbroken", "scrapingjob_id is missing"),
+    ("multipart/form-data", b"no boundary at all", "multipart body is broken"),
+]
+
+
+@pytest.mark.parametrize(("content_type", "body", "message"), BAD_BODIES)
+def test_a_body_that_is_not_a_well_formed_notification_is_a_400_and_stores_nothing(
+    cloud, client, content_type, body, message
+):
+    response = client.post(f"/hooks/webscraper/{SECRET}", data=body, content_type=content_type)
+    assert response.status_code == 400, response.content
+    assert message in response.json()["error"]
+    assert WebhookReceipt.objects.count() == 0
+
+
+def test_a_multipart_notification_with_a_file_is_refused(cloud, client):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("x.bin", b"\x00" * 10)
+    form = {"scrapingjob_id": "1", "status": "finished", "custom_id": upload}
+    response = client.post(f"/hooks/webscraper/{SECRET}", form)
+    assert response.status_code == 400
+    assert WebhookReceipt.objects.count() == 0
+
+
+def test_a_well_formed_multipart_notification_is_stored(cloud, client):
+    form = {"scrapingjob_id": "31", "status": "finished", "custom_id": "7"}
+    assert client.post(f"/hooks/webscraper/{SECRET}", form).status_code == 200
+    assert WebhookReceipt.objects.get().body == form
