@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from recovery import audit, validation
 from recovery.models import Observation, RecoveryBatch, Run, Task, ValidationResult
+from recovery.providers.base import ErrorClass
 from recovery.states import run as run_states
 from recovery.states.run import RunState
 from recovery.states.task import TERMINAL, reset_for_batch
@@ -66,6 +67,22 @@ def _clean(values: Sequence[str] | None, what: str) -> list[str]:
             raise RerunError(f"{what}: empty value")
         out.append(value.strip())
     return out
+
+
+def _present(run_id: int, column: str) -> set[str]:
+    """Values of a column among the run's tasks (served by the run+state/error indexes)."""
+    values = Task.objects.filter(run_id=run_id).order_by().values_list(column, flat=True)
+    return set(values.distinct()) - {""}
+
+
+def _refuse_unknown(what: str, given: Sequence[str], valid: set[str]) -> None:
+    """A typo (`--error-class bogus`) must not read as "nothing matches": name it, list the
+    valid values."""
+    unknown = [value for value in given if value not in valid]
+    if unknown:
+        raise RerunError(
+            f"unknown {what} {unknown[0]!r}; valid: {', '.join(sorted(valid)) or '(none)'}"
+        )
 
 
 def create_recovery_batch(
@@ -112,8 +129,18 @@ def create_recovery_batch(
                 raise RerunError(f"partition {unknown[0]!r} is not in run {run.pk}")
             query &= Q(partition__in=partitions)
         if page_types:
+            _refuse_unknown(
+                "page type",
+                page_types,
+                set(run.dataset.spec.get("page_types", {})) | _present(run.pk, "page_type"),
+            )
             query &= Q(page_type__in=page_types)
         if error_classes:
+            _refuse_unknown(
+                "error class",
+                error_classes,
+                {str(c) for c in ErrorClass} | _present(run.pk, "last_error_class"),
+            )
             query &= Q(last_error_class__in=error_classes)
         if rules:
             spec_rules = {r["name"] for r in run.dataset.spec.get("rules", [])}

@@ -71,7 +71,10 @@ def test_it_selects_by_page_type_and_error_class():
         ({"partitions": ["zzz"]}, "partition 'zzz' is not in run"),
         ({"rules": ["nope"]}, "rule 'nope' is not a rule"),
         ({"rules": ["coverage"]}, "no partition of run"),
-        ({"page_types": ["listing"]}, "no terminal task"),
+        ({"error_classes": ["network"]}, "no terminal task"),  # valid, matches nothing
+        ({"error_classes": ["bogus"]}, r"unknown error class 'bogus'; valid: .*selector_failure"),
+        ({"error_classes": ["network", "Network"]}, "unknown error class 'Network'"),
+        ({"page_types": ["gizmo"]}, r"unknown page type 'gizmo'; valid: .*product"),
     ],
 )
 def test_it_refuses_bad_selections_and_changes_nothing(kw, message):
@@ -82,6 +85,22 @@ def test_it_refuses_bad_selections_and_changes_nothing(kw, message):
     assert not RecoveryBatch.objects.exists()
     assert set(Task.objects.filter(run=run).values_list("state", flat=True)) == {"committed"}
     assert Run.objects.get(pk=run.pk).acceptance_state == RunState.CANDIDATE
+
+
+def test_the_command_names_the_unknown_value_and_lists_the_valid_ones():
+    from django.core.management import CommandError, call_command
+
+    run = make_collected_run({"a": "good"}, per_partition=2)
+    acceptance.advance_runs()
+    for option, value, listed in (
+        ("--error-class", "bogus", "blocked_url, budget_exhausted"),
+        ("--page-type", "gizmo", "valid: product"),
+    ):
+        with pytest.raises(CommandError) as err:
+            call_command("rerun", str(run.pk), option, value, "--reason", "typo")
+        assert err.value.returncode == 2
+        assert repr(value) in str(err.value) and listed in str(err.value)
+    assert not RecoveryBatch.objects.exists()
 
 
 def test_it_refuses_an_unknown_run():
