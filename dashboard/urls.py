@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import views
+from dashboard import demo_views, views
 
 app_name = "dashboard"
 
@@ -35,6 +35,8 @@ urlpatterns = [
     path("exports/", views.exports, name="exports"),
     path("exports/<int:run_id>.<str:fmt>", views.export_download, name="export_download"),
     path("audit/", views.audit, name="audit"),
+    path("demo/", demo_views.story, name="demo"),
+    path("demo/repaired-spec", demo_views.load_repaired_spec, name="demo_load_spec"),
 ]
 
 # The login/logout views live outside the namespace so LOGIN_URL = "login" resolves.

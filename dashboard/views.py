@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required, permission_required
@@ -94,7 +95,10 @@ class ThrottledLoginView(auth_views.LoginView):
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """Send each role to its first page: operators and admins to runs, exporters to exports."""
+    """Send each role to its first page: operators and admins to runs, exporters to exports;
+    in the demo, everyone to the demo's checklist."""
+    if settings.SALVAGE_DEMO:
+        return redirect("dashboard:demo")
     if request.user.has_perm("recovery.view_run"):
         return redirect("dashboard:runs")
     if request.user.has_perm("recovery.export_dataset"):
@@ -692,7 +696,7 @@ def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse
     run = get_object_or_404(
         Run.objects.select_related("dataset"), pk=run_id, acceptance_state__in=AVAILABLE
     )
-    ok, chunks = engine.call(request, "exports.stream", run.pk, fmt)
+    ok, chunks = engine.call(request, "exports.download", run.pk, fmt, _actor(request))
     if not ok:
         return redirect("dashboard:exports")
     response = StreamingHttpResponse(chunks, content_type=EXPORT_TYPES[fmt])

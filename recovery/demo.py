@@ -28,6 +28,7 @@ from typing import Any
 
 from django.conf import settings
 
+from recovery import demo_story
 from recovery.processes import (
     Supervisor,
     forward_signals,
@@ -36,11 +37,17 @@ from recovery.processes import (
     manage_py,
     wait_until,
 )
+from recovery.sandbox import server
 
-DATASET = "demo-shop"
+DATASET = demo_story.DATASET
 REMOTE_DATASET = "demo-messora"
-WINDOW = "demo"
+WINDOW = demo_story.WINDOW
 USERS = ("operator", "admin", "exporter")  # each in the dashboard group of the same name
+ROLE_HINTS = {
+    "operator": "watches runs and triages quarantine",
+    "admin": "repairs, reruns, accepts and publishes",
+    "exporter": "downloads accepted datasets",
+}
 # How often a child that keeps dying is restarted before the demo gives up.
 MAX_RESTARTS = 5
 
@@ -241,6 +248,8 @@ def child_environment(sandbox_port: int) -> dict[str, str]:
         # The simulator's own tenant key: a real key is never sent to the sandbox.
         MESSORA_API_KEY="sandbox-messora-key",
         SALVAGE_DESTINATION=f"{sandbox}/destination",
+        # The dashboard's home page becomes the demo's checklist (recovery.demo_story).
+        SALVAGE_DEMO="1",
         PYTHONUNBUFFERED="1",
     )
     env.pop("SALVAGE_INSECURE_DEV_KEY", None)
@@ -352,6 +361,11 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
                 what="the sandbox",
             )
             run_id = ensure_run(spec_path, manifest_path, echo)
+            # Version 2 of the spec (the repaired price selector) waits beside version 1 for
+            # the admin who loads it from the checklist once the bad retailer is quarantined.
+            demo_story.repaired_spec_path().write_text(
+                server.shop_spec_toml(name=DATASET, version=2), encoding="utf-8"
+            )
             echo(ensure_remote_run(sandbox_url, echo))
             for name, argv, extra in worker_commands(workers):
                 supervisor.start(name, argv, env={**env, **extra})
@@ -360,8 +374,12 @@ def run_demo(*, port: int, pages: int, workers: int, open_browser: bool, echo: E
             echo("")
             echo(f"Dashboard: {url}")
             for name, password in logins.items():
-                echo(f"  login {name:<9} password {password}")
+                echo(f"  login {name:<9} password {password}  ({ROLE_HINTS[name]})")
             echo(f"(passwords are also in {data_dir / 'demo-passwords'}; Ctrl-C stops the demo)")
+            echo(
+                "First: log in as operator; the home page is the demo's checklist, and each "
+                "step links to where it happens."
+            )
             echo(f"Logs: {demo_dir() / 'logs'}")
             echo("")
             if open_browser and _has_desktop():

@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
+from recovery import audit
 from recovery.models import Observation, Run, RunPartition
 from recovery.states.run import AVAILABLE
 
@@ -121,6 +122,14 @@ def stream(run_id: int, fmt: str) -> Iterator[str]:
     if connection.vendor == "postgresql":
         return _pg_lines(run, fmt)
     return _csv(run) if fmt == "csv" else _jsonl(run)
+
+
+def download(run_id: int, fmt: str, actor: str) -> Iterator[str]:
+    """A person's download of an export: the stream, with an audit entry saying who took
+    which run's data (exports leave the system, so the log records each one)."""
+    chunks = stream(run_id, fmt)
+    audit.record(actor, "export_download", Run.objects.get(pk=run_id), "", format=fmt)
+    return chunks
 
 
 # On PostgreSQL the database renders the output, so Python only passes text through:

@@ -215,6 +215,16 @@ def create_recovery_batch(
     return batch
 
 
+def recovered(batch: RecoveryBatch) -> tuple[int, int]:
+    """(recovered, total) for a batch: of the observations of the batch's tasks, how many are
+    valid. The dashboard's "N of M recovered"; final once the batch completes (its repaired
+    partitions are judged then), and a batch that repairs nothing shows "0 of M"."""
+    rows = Observation.objects.filter(source_task__recovery_batch_id=batch.pk)
+    total = rows.count()
+    valid = rows.filter(validation_state=Observation.Validation.VALID).count()
+    return valid, total
+
+
 def untouched_unchanged(batch: RecoveryBatch) -> dict[str, bool]:
     """{partition: True if its observations hash as they did when the batch was created}."""
     now = partition_hashes(batch.run_id, batch.partition_hashes_before)

@@ -280,6 +280,8 @@ SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "arte
 # failed page's screenshot kept for triage.
 SALVAGE_CHROMIUM = env_str("SALVAGE_CHROMIUM", "/usr/bin/chromium")
 SALVAGE_SCREENSHOT_MAX_BYTES = env_int("SALVAGE_SCREENSHOT_MAX_BYTES", 1_000_000, minimum=1024)
+# Set by `manage.py demo` for its web server: the home page is the demo's checklist.
+SALVAGE_DEMO = env_bool("SALVAGE_DEMO", False)
 SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
 # Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
 SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")

@@ -165,3 +165,12 @@ def audit_object_url(entry: Any) -> str:
     except (TypeError, ValueError):
         return ""
     return ""
+
+
+@register.simple_tag
+def batch_recovered(batch: Any) -> dict[str, int]:
+    """{"recovered": N, "total": M}: reruns.recovered, the batch page's "N of M recovered"."""
+    from recovery import reruns
+
+    valid, total = reruns.recovered(batch)
+    return {"recovered": valid, "total": total}

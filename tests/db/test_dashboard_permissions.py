@@ -29,6 +29,7 @@ from recovery.models import (
 )
 from tests.browser.browser_fixtures import screenshot_attempt
 from tests.browser.world import XSS_SCRIPT, XSS_URL, World, make_users, make_world
+from tests.demo_factories import make_demo_candidate
 
 ROLES = ("operator", "admin", "exporter", "nobody")
 VIEWERS = {"operator", "admin"}
@@ -71,6 +72,7 @@ PAGES: dict[str, Page] = {
         lambda w: {"run_id": w.accepted.pk, "fmt": "csv"}, allowed={"exporter"}
     ),
     "dashboard:audit": Page(allowed={"admin"}),
+    "dashboard:demo": Page(allowed={"operator", "admin", "exporter"}),
 }
 
 
@@ -150,6 +152,9 @@ POSTS: dict[str, Post] = {
     "dashboard:delivery_lookup": Post(
         lambda w: {"event_id": w.uncertain_event.pk}, {}, {"admin"}, _audited("lookup_delivery")
     ),
+    "dashboard:demo_load_spec": Post(
+        lambda w: {}, {}, {"admin"}, _audited("demo_load_repaired_spec")
+    ),
 }
 
 
@@ -175,9 +180,11 @@ def snapshot() -> dict:
 
 
 @pytest.fixture
-def world(db):
+def world(db, settings, tmp_path):
     users = make_users()
     w = make_world()
+    settings.DATA_DIR = tmp_path
+    make_demo_candidate(tmp_path)  # the demo's story, waiting for the admin's repair
     w.users = users
     return w
 
