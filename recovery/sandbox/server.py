@@ -47,7 +47,9 @@ def build_app(
     """
     app = site.make_app(pages=pages, seed=seed, faults=faults, **shop_options)
     # Pages that need JavaScript (the browser provider), at /js/.
-    app.add_subapp("/js/", jsshop.make_app(pages=pages, seed=seed))
+    js = jsshop.make_app(pages=pages, seed=seed)
+    app.add_subapp("/js/", js)
+    app[jsshop.JS_REQUESTS] = js[jsshop.JS_REQUESTS]  # what the browser fetched, for tests
     mounted: dict[str, web.Application] = {}
     wanted = SIMULATORS if simulators is None else {k: SIMULATORS[k] for k in simulators}
     for name, module_name in wanted.items():

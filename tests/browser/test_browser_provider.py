@@ -8,16 +8,24 @@ by its own log.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 
-from recovery import artefacts
+from recovery import artefacts, chromium
 from recovery.providers.base import ErrorClass
-from recovery.providers.browser import parse_options
+from recovery.providers.browser import BrowserProvider, parse_options
 from recovery.sandbox import jsshop
-from tests.browser.browser_fixtures import Listener, need_chromium, render
+from tests.browser.browser_fixtures import (
+    CHROMIUM,
+    Listener,
+    browser_spec,
+    need_chromium,
+    render,
+    task_input,
+)
 from tests.sandbox_fixtures import make_sandbox, sandbox  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
@@ -132,3 +140,31 @@ def test_a_failed_check_keeps_a_capped_screenshot_and_the_rendered_html(sandbox,
 def test_it_refuses_bad_options_by_name(options, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_options(options)
+
+
+def test_a_browser_crash_mid_render_is_a_network_failure_and_the_next_task_relaunches(sandbox):  # noqa: F811
+    spec = browser_spec()
+    requests = sandbox.served._runner.app[jsshop.JS_REQUESTS]
+    requests.clear()
+
+    async def go():
+        provider = BrowserProvider(**spec["provider_options"])
+        try:
+            slow = task_input(sandbox.url("/js/product/6?delay=5"), spec)
+            running = asyncio.ensure_future(provider.execute_many([slow]))
+            deadline = time.monotonic() + 30
+            while not requests["/js/api/product/6"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert requests["/js/api/product/6"], "the page never asked for its data"
+            chromium.shared(CHROMIUM).kill()  # the browser process dies mid-render
+            (crashed,) = await running
+            (after,) = await provider.execute_many([task_input(sandbox.url("/js/product/7"), spec)])
+            return crashed, after, chromium.shared(CHROMIUM).launches
+        finally:
+            await chromium.close_shared()
+
+    crashed, after, launches = asyncio.run(go())
+    assert crashed.error_class == ErrorClass.NETWORK, crashed.error_detail
+    assert "browser crashed or closed" in crashed.error_detail
+    assert after.ok, after.error_detail
+    assert launches == 2
