@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from django import forms
 
-from recovery.providers.base import ErrorClass
-
 REASON_MAX = 2000
 
 
@@ -46,12 +44,14 @@ class RecoveryBatchForm(forms.Form):
         partitions: list[str],
         page_types: list[str],
         rules: list[str],
+        error_classes: list[tuple[str, str]],
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.fields["partitions"].choices = [(p, p or "(none)") for p in partitions]
         self.fields["page_types"].choices = [(p, p) for p in page_types]
-        self.fields["error_classes"].choices = [(e.value, e.value) for e in ErrorClass]
+        # Only the classes present in the run (dashboard.errorclasses), labelled with counts.
+        self.fields["error_classes"].choices = error_classes
         self.fields["rules"].choices = [(r, r) for r in rules]
 
     def clean(self):

@@ -50,6 +50,10 @@ HEX_KEY = re.compile(r"[0-9a-f]{64}")
 SEARCH_MAX = 2000
 
 
+class BadList(BadRequest):
+    """A sort or parameter this list cannot use (answered with 400, naming it)."""
+
+
 class UrlKey(Func):
     """substr(url, 1, 500), in byte order: exactly the expression task_run_url_idx indexes."""
 
@@ -374,7 +378,7 @@ def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | No
         del params[key]
     sort = params.get("sort") or spec.default_sort
     if sort not in spec.sorts:
-        raise BadRequest(f"unknown sort {sort!r} (known: {', '.join(spec.sorts)})")
+        raise BadList(f"unknown sort {sort!r} (known: {', '.join(spec.sorts)})")
     if spec.prepare is not None:
         queryset = spec.prepare(queryset)
     filterset = spec.filterset(params, queryset=queryset)

@@ -41,6 +41,8 @@ urlpatterns = [
 
 # The login/logout views live outside the namespace so LOGIN_URL = "login" resolves.
 auth_urlpatterns = [
+    # Browsers ask for /favicon.ico whatever the page links; answer with the real icon.
+    path("favicon.ico", views.favicon, name="favicon"),
     path("accounts/login/", views.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

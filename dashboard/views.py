@@ -17,10 +17,11 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, engine, lists, login_throttle, runstats
+from dashboard import charts, engine, errorclasses, keyset, lists, login_throttle, runstats
 from dashboard.forms import (
     AttachJobForm,
     NoteForm,
@@ -302,6 +303,7 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
         partitions=sorted(grid),
         page_types=sorted((run.dataset.spec or {}).get("page_types", {}) or []),
         rules=failed_rules,
+        error_classes=[(p.error_class, p.label) for p in errorclasses.present(run.pk)],
         initial={
             "scraper_version": run.scraper_version,
             "partitions": [p["name"] for p in partitions if _flagged(p["flag"])],
@@ -400,6 +402,7 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
                 )[:500]
             )
         ),
+        error_classes=[(c, c) for c in errorclasses.classes(run.pk)],
     )
     if not form.is_valid():
         _form_errors(request, form)
@@ -716,3 +719,22 @@ def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse
 def audit(request: HttpRequest) -> HttpResponse:
     listing = lists.bind(request, lists.AUDIT, AuditEntry.objects.all())
     return render(request, "dashboard/audit.html", {"listing": listing}, status=listing.status)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    # Resolved per request: the static manifest exists only after collectstatic.
+    return redirect(static("favicon.svg"), permanent=True)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """400 with the navigation and, for a list's refusal, what it could not use.
+
+    Django's own 400 view renders without the request (no navigation) and hides the reason;
+    the reasons our lists raise name only the parameter, never data.
+    """
+    reason = str(exception) if isinstance(exception, keyset.BadCursor | lists.BadList) else ""
+    return render(request, "400.html", {"reason": reason}, status=400)

@@ -9,3 +9,6 @@ urlpatterns = [
     path("", include("dashboard.urls")),
     *auth_urlpatterns,
 ]
+
+# A 400 page with the navigation and the reason a list refused its parameters.
+handler400 = "dashboard.views.bad_request"
