@@ -25,7 +25,7 @@ from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 
 from dashboard import keyset
-from recovery import keys
+from recovery import keys, liveness
 from recovery.models import (
     AuditEntry,
     Dataset,
@@ -197,9 +197,27 @@ def _uuid(hex32: str) -> str:
 
 
 class WorkerFilter(SearchFilterSet):
+    # recovery.liveness defines each status; blank shows the processes that may still run.
+    status = django_filters.ChoiceFilter(
+        method="filter_status",
+        choices=[*liveness.Status.choices, ("all", "any, gone too")],
+        empty_label="alive or stale",
+    )
+    kind = django_filters.ChoiceFilter(
+        choices=_blank(liveness.WorkerKind.choices), empty_label="any"
+    )
+
     class Meta:
         model = WorkerHeartbeat
         fields: list[str] = []
+
+    def filter_status(self, qs, name, value):
+        return qs if value == "all" else qs.filter(liveness.status_q(value))
+
+    def filter_queryset(self, queryset):
+        if not self.form.cleaned_data.get("status") and not self.form.cleaned_data.get("q"):
+            queryset = queryset.exclude(liveness.status_q(liveness.Status.GONE))
+        return super().filter_queryset(queryset)
 
     def search(self, qs, name, value):
         low, high = prefix_range(value)
@@ -437,11 +455,14 @@ DELIVERIES = ListSpec(
     search_help="event id or its beginning",
     jump=False,
 )
-# Workers by name through the unique index on worker.
+# Workers newest first through heartbeat_started_idx (so processes started after a restart
+# lead the page), or by name through the unique index on worker.
 WORKERS = ListSpec(
     "workers",
     WorkerFilter,
     {
+        "-started": Sort("Newest", keyset.Order(("started_at", "id"), descending=True)),
+        "started": Sort("Oldest", keyset.Order(("started_at", "id"), descending=False)),
         "worker": Sort("Worker", keyset.Order(("worker",), descending=False)),
         "-worker": Sort("Worker, descending", keyset.Order(("worker",), descending=True)),
     },

@@ -7,8 +7,6 @@ buttons a user may not use, but the POST views refuse them regardless. Lists are
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -21,7 +19,16 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, engine, errorclasses, keyset, lists, login_throttle, runstats
+from dashboard import (
+    charts,
+    engine,
+    errorclasses,
+    keyset,
+    leaseboard,
+    lists,
+    login_throttle,
+    runstats,
+)
 from dashboard.forms import (
     AttachJobForm,
     NoteForm,
@@ -29,7 +36,7 @@ from dashboard.forms import (
     RecoveryBatchForm,
     ReviewedForm,
 )
-from recovery import artefacts, counters
+from recovery import artefacts, counters, liveness
 from recovery.models import (
     Attempt,
     AuditEntry,
@@ -47,11 +54,9 @@ from recovery.models import (
 )
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import POLLABLE, RECONCILE
-from recovery.states.run import AVAILABLE, RunState
+from recovery.states.run import AVAILABLE
 from recovery.states.task import TERMINAL, TaskState
 
-# Leases ending within this many seconds are flagged "about to expire".
-LEASE_WARNING = timedelta(seconds=30)
 GRID_PAGE = 100
 
 
@@ -622,19 +627,8 @@ def delivery_lookup(request: HttpRequest, event_id) -> HttpResponse:
 def workers(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     listing = lists.bind(request, lists.WORKERS, WorkerHeartbeat.objects.all())
-    # Leased tasks of collecting runs through the (run, state) index: at most workers x claim
-    # batch rows, whatever the runs' sizes.
-    active = Run.objects.filter(acceptance_state=RunState.COLLECTING).values("pk")[:200]
-    leases = list(
-        Task.objects.filter(run_id__in=active, state=TaskState.LEASED)
-        .select_related("run__dataset")
-        .order_by("lease_until")[:200]
-    )
-    for lease in leases:
-        lease.expired = bool(lease.lease_until and lease.lease_until <= now)
-        lease.expiring = bool(
-            lease.lease_until and not lease.expired and lease.lease_until <= now + LEASE_WARNING
-        )
+    for row in listing.rows:
+        row.status = liveness.status(row.last_seen, row.stopped_at, now)
     polls = RemoteJob.objects.filter(state__in=POLLABLE, lease_until__gt=now).order_by(
         "lease_until"
     )[:50]
@@ -643,10 +637,12 @@ def workers(request: HttpRequest) -> HttpResponse:
         "dashboard/workers.html",
         {
             "listing": listing,
-            "leases": leases,
+            "counts": liveness.counts(now),
+            "legend": liveness.thresholds().legend(),
+            "leases": leaseboard.live_leases(now),
+            "held": leaseboard.held_by_jobs(),
             "polls": polls,
             "now": now,
-            "stale": now - LEASE_WARNING,
         },
         status=listing.status,
     )

@@ -11,17 +11,16 @@ dataset payload, job id or credential ever appears here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
 
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
+
+from recovery import liveness
 
 # How many recent runs the task-state gauges cover (each adds a few counter rows to sum).
 RECENT_RUNS = 100
 # Runs whose retry classes and attempt outcomes are counted (the active ones, newest first).
 ACTIVE_RUNS = 20
-# A worker whose heartbeat is older than this is not counted as alive.
-WORKER_ALIVE_SECONDS = 120
 
 
 def _escape(value: str) -> str:
@@ -109,7 +108,7 @@ def render() -> str:
     workers = WorkerHeartbeat.objects.aggregate(
         claimed=Sum("claimed"),
         committed=Sum("committed"),
-        alive=Count("pk", filter=Q(last_seen__gte=now - timedelta(seconds=WORKER_ALIVE_SECONDS))),
+        alive=Count("pk", filter=liveness.alive_q(now)),
     )
     out.metric(
         "salvage_claims_total",
@@ -126,7 +125,8 @@ def render() -> str:
     out.metric(
         "salvage_workers_alive",
         "gauge",
-        f"Worker processes seen in the last {WORKER_ALIVE_SECONDS} s.",
+        f"Worker processes alive (a heartbeat in the last "
+        f"{liveness.thresholds().alive:g} s; recovery.liveness).",
         [({}, workers["alive"])],
     )
 

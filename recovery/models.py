@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from recovery.liveness import WorkerKind
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import RemoteJobState
 from recovery.states.run import RunState
@@ -487,6 +488,17 @@ class WorkerHeartbeat(models.Model):
     last_seen = models.DateTimeField(default=timezone.now)
     claimed = models.PositiveBigIntegerField(default=0)
     committed = models.PositiveBigIntegerField(default=0)
+    # A database default: recovery.leases creates rows with raw SQL that names no kind.
+    kind = models.CharField(max_length=16, choices=WorkerKind.choices, blank=True, db_default="")
+    stopped_at = models.DateTimeField(null=True, blank=True)  # a clean exit (liveness.goodbye)
+
+    class Meta:
+        indexes = [
+            # The alive count (/metrics, the workers page): last_seen within a threshold.
+            models.Index(fields=["last_seen"], name="heartbeat_last_seen_idx"),
+            # The workers list, newest first (dashboard.lists.WORKERS).
+            models.Index(fields=["started_at", "id"], name="heartbeat_started_idx"),
+        ]
 
 
 class TriageNote(models.Model):

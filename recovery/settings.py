@@ -147,8 +147,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
-    "django_q",
+    # recovery before django_q: its `qcluster` command (django-q2's, plus a heartbeat) wins.
     "recovery",
+    "django_q",
     "dashboard",
 ]
 
@@ -304,6 +305,16 @@ SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
 SALVAGE_DISPATCH_TICK = env_float("SALVAGE_DISPATCH_TICK", 0.5, minimum=0.05)
 SALVAGE_DISPATCH_MAX_WAITING = env_int("SALVAGE_DISPATCH_MAX_WAITING", 8, minimum=1)
 SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5)
+# Worker liveness (recovery.liveness): every process beats every HEARTBEAT seconds, busy or
+# idle; not seen for ALIVE seconds is "stale", for GONE seconds "gone".
+SALVAGE_HEARTBEAT_SECONDS = env_float("SALVAGE_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+SALVAGE_WORKER_ALIVE_SECONDS = env_float("SALVAGE_WORKER_ALIVE_SECONDS", 30.0, minimum=0.2)
+SALVAGE_WORKER_GONE_SECONDS = env_float("SALVAGE_WORKER_GONE_SECONDS", 600.0, minimum=0.3)
+if not SALVAGE_HEARTBEAT_SECONDS < SALVAGE_WORKER_ALIVE_SECONDS < SALVAGE_WORKER_GONE_SECONDS:
+    raise ImproperlyConfigured(
+        "need SALVAGE_HEARTBEAT_SECONDS < SALVAGE_WORKER_ALIVE_SECONDS < "
+        "SALVAGE_WORKER_GONE_SECONDS (a live worker must never look stale)"
+    )
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 

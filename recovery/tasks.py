@@ -12,7 +12,7 @@ from recovery import worker
 _worker_id: str | None = None
 
 
-def _process_worker_id() -> str:
+def process_worker_id() -> str:
     # One lease owner per django-q2 worker process (a respawned process gets a new one).
     global _worker_id
     if _worker_id is None or f"-{os.getpid()}-" not in _worker_id:
@@ -26,5 +26,5 @@ def run_batch_task(batch_size: int | None = None, concurrency: int | None = None
     A wake-up that finds nothing due (a duplicate delivery, or another worker was faster)
     claims nothing and returns at once: the lease table, not the queue, decides who works.
     """
-    result = worker.run_batch(_process_worker_id(), batch_size=batch_size, concurrency=concurrency)
+    result = worker.run_batch(process_worker_id(), batch_size=batch_size, concurrency=concurrency)
     return result.as_dict()

@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import outbox
+from recovery import liveness, outbox
 
 
 class Command(BaseCommand):
@@ -33,12 +33,16 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         total = 0
-        while not stop.is_set():
-            done = outbox.deliver_due(options["limit"])
-            total += done
-            if done:
-                continue
-            if options["until_idle"]:
-                break
-            stop.wait(options["interval"])
+        heartbeat = liveness.start(liveness.WorkerKind.DELIVER)
+        try:
+            while not stop.is_set():
+                done = outbox.deliver_due(options["limit"])
+                total += done
+                if done:
+                    continue
+                if options["until_idle"]:
+                    break
+                stop.wait(options["interval"])
+        finally:
+            heartbeat.stop()
         self.stdout.write(f"deliver: {total} delivery attempts")

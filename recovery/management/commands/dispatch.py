@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import dispatch
+from recovery import dispatch, liveness
 
 
 class Command(BaseCommand):
@@ -34,7 +34,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        sent = dispatch.run_dispatcher(
-            stop, tick_seconds=options["tick"], batch_size=options["batch"]
-        )
+        heartbeat = liveness.start(liveness.WorkerKind.DISPATCH)
+        try:
+            sent = dispatch.run_dispatcher(
+                stop, tick_seconds=options["tick"], batch_size=options["batch"]
+            )
+        finally:
+            heartbeat.stop()
         self.stdout.write(f"dispatcher stopped: {sent} wake-ups sent")

@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import progress, worker
+from recovery import liveness, progress, worker
 
 
 class Command(BaseCommand):
@@ -44,14 +44,18 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         worker_id = options["worker_id"] or worker.new_worker_id()
         progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
-        stats = worker.run_forever(
-            worker_id,
-            batch_size=options["batch"],
-            concurrency=options["concurrency"],
-            until_idle=options["until_idle"],
-            idle_wait=options["idle_wait"],
-            stop=stop,
-        )
+        heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
+        try:
+            stats = worker.run_forever(
+                worker_id,
+                batch_size=options["batch"],
+                concurrency=options["concurrency"],
+                until_idle=options["until_idle"],
+                idle_wait=options["idle_wait"],
+                stop=stop,
+            )
+        finally:
+            heartbeat.stop()
         self.stdout.write(
             f"worker {worker_id}: {stats.batches} batches, {stats.tasks} tasks claimed, "
             f"{stats.committed} committed, {stats.lost} lost leases"
