@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest clean
+.PHONY: install demo test lint bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
 
 install: $(STAMP)
 
@@ -29,7 +29,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard
+bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser
 
 bench-manifest: install
 	$(BIN)/python bench/manifest.py
@@ -46,6 +46,9 @@ bench-export: install
 
 bench-dashboard: install
 	$(BIN)/python bench/dashboard.py
+
+bench-browser: install
+	$(BIN)/python bench/browser.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var
