@@ -262,7 +262,8 @@ def main() -> None:
                 wall, cpu, _ = timed(cmd, {**os.environ, "PYTHONUNBUFFERED": "1"})
                 floors.append(figures(args.pages, wall, cpu))
                 log(f"floor   (plain Playwright) rep {rep}: {floors[-1]}")
-                ours.append(salvage_run(sandbox.base_url, args.pages, args.concurrency, workdir, rep))
+                base = sandbox.base_url
+                ours.append(salvage_run(base, args.pages, args.concurrency, workdir, rep))
                 log(f"salvage (browser provider) rep {rep}: {ours[-1]}")
         finally:
             sandbox.stop()
