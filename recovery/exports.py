@@ -11,7 +11,10 @@ CSV: provenance columns, then the dataset's fields in a stable order (sorted by 
 is stored as jsonb, which does not keep key order); every cell is quoted. A cell that a
 spreadsheet would run as a formula (starting with =, +, -, @, tab or CR) gets a leading
 apostrophe. Lines end with LF. Both paths give the same bytes (tests/db/test_exports.py).
-JSONL: one object per line with the provenance keys and the payload as stored.
+JSONL: one object per line, the provenance keys in PROVENANCE order and then the payload,
+with json.dumps's separators; the payload is rendered as PostgreSQL renders jsonb (keys by
+length then bytes, numbers positional: `jsonb_text`), so SQLite and PostgreSQL give the same
+bytes (tests/db/test_exports.py compares both with one expected text).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import nullcontext
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
@@ -181,11 +185,18 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
             "TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
         )
     else:
-        pairs = [
-            f"'{name}', {expr}" for name, expr in zip(PROVENANCE, _PROVENANCE_SQL, strict=True)
+        # Spelled out rather than json_build_object, whose text form is `"key" : value`:
+        # the line must be byte for byte what `_jsonl` writes (json.dumps's separators, these
+        # keys in this order, the payload as jsonb renders it).
+        values = [f"coalesce(to_json({expr})::text, 'null')" for expr in _PROVENANCE_SQL]
+        values[-1] = "o.version::text"
+        pieces = [
+            f"'{', ' if i else '{'}\"{name}\": ' || {value}"
+            for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True))
         ]
-        pairs[-1] = "'version', o.version"
-        line = f"json_build_object({', '.join(pairs)}, 'payload', o.payload)::text"
+        line = " || ".join(
+            [*pieces, "', \"payload\": ' || coalesce(o.payload::text, 'null') || '}'"]
+        )
         sql = f"SELECT {line} FROM recovery_observation o {_SQL_WHERE}"
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
@@ -276,8 +287,40 @@ def _csv(run: Run) -> Iterator[str]:
     yield buffer.getvalue()
 
 
+def jsonb_text(value: Any) -> str:
+    """JSON text exactly as PostgreSQL renders a jsonb value, so both databases export the
+    same bytes: object keys ordered by UTF-8 length, then bytes; `, ` and `: ` separators;
+    numbers as PostgreSQL's numeric prints them (positional, scale kept: 1.50, 0.0000001),
+    which is why callers parse floats as Decimal."""
+    if isinstance(value, dict):
+        keys = sorted(value, key=_jsonb_key_order)
+        return "{" + ", ".join(f"{_string(k)}: {jsonb_text(value[k])}" for k in keys) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(jsonb_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        return _string(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, Decimal):
+        if value.is_zero() and value.is_signed():
+            value = value.copy_abs()  # numeric has no negative zero
+        return format(value, "f")
+    return str(value)  # int
+
+
+def _jsonb_key_order(key: str) -> tuple[int, bytes]:
+    raw = key.encode()
+    return len(raw), raw
+
+
+# json's own C string encoder for ensure_ascii=False: it escapes exactly what PostgreSQL's
+# escape_json does (quote, backslash, C0 controls), at a fraction of json.dumps's cost.
+_string = json.encoder.encode_basestring
+
+
 def _jsonl(run: Run) -> Iterator[str]:
     dumps = json.dumps
+    loads = json.loads
     parts: list[str] = []
     size = 0
     with _cursor_scope():
@@ -294,8 +337,11 @@ def _jsonl(run: Run) -> Iterator[str]:
             payload_text=Cast("payload", TextField()),
         )
         for key, entity, window, partition, task_key, version_s, version, payload_text in rows:
-            # The payload is spliced in as the database renders it (valid JSON text), which
-            # saves a decode and re-encode per row.
+            # The payload is re-rendered the way jsonb prints it: SQLite stores the text
+            # in insertion order, PostgreSQL in its own (see jsonb_text).
+            payload = (
+                jsonb_text(loads(payload_text, parse_float=Decimal)) if payload_text else "null"
+            )
             line = (
                 dumps(
                     {
@@ -310,7 +356,7 @@ def _jsonl(run: Run) -> Iterator[str]:
                     ensure_ascii=False,
                 )[:-1]
                 + ', "payload": '
-                + (payload_text or "null")
+                + payload
                 + "}\n"
             )
             parts.append(line)

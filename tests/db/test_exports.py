@@ -141,3 +141,55 @@ def test_postgres_renders_the_same_rows_as_the_python_path(postgres_only):
     py_jsonl = [json.loads(x) for x in "".join(exports._jsonl(run)).splitlines()]
     assert sql_jsonl == py_jsonl
     assert [r["payload"] for r in sql_jsonl] == TRICKY
+
+
+# Payloads whose text differs between the databases unless the export renders it itself:
+# insertion order vs jsonb's key order, floats, nested objects, escapes, non-ASCII keys.
+BYTE_PAYLOADS = [
+    {"title": "Widget", "sku": "W-1", "price": 1234.5},
+    {"zeta": 1, "a": {"yy": [1, {"b": None, "a": True}], "x": 'é\u001f"\\'}, "aé": 0.1},
+    {"price": 1e-07, "big": 1e20, "neg": -0.0, "int": 12345678901234567890, "s": "\u2028"},
+    {},
+]
+# What each payload renders as in the JSONL file, on either database: the expected bytes.
+BYTE_TEXTS = [
+    '{"sku": "W-1", "price": 1234.5, "title": "Widget"}',
+    '{"a": {"x": "é\\u001f\\"\\\\", "yy": [1, {"a": true, "b": null}]}, "aé": 0.1, "zeta": 1}',
+    '{"s": "\u2028", "big": 100000000000000000000, "int": 12345678901234567890, '
+    '"neg": 0.0, "price": 0.0000001}',
+    "{}",
+]
+
+
+def test_jsonl_is_the_same_bytes_on_sqlite_and_postgresql():
+    """One expected text for both databases: CI runs this on each, so the files are equal."""
+    run = accepted_run(per_partition=len(BYTE_PAYLOADS))
+    observations = list(Observation.objects.filter(run=run).order_by("pk"))
+    for obs, payload in zip(observations, BYTE_PAYLOADS, strict=True):
+        Observation.objects.filter(pk=obs.pk).update(payload=payload)
+    expected = "".join(
+        f'{{"observation_key": "{obs.observation_key}", "entity_key": "{obs.entity_key}", '
+        f'"window": "{run.window}", "partition": "{obs.partition}", '
+        f'"source_task_key": "{obs.source_task.task_key}", '
+        f'"scraper_version": "{obs.scraper_version}", "version": 1, "payload": {text}}}\n'
+        for obs, text in zip(observations, BYTE_TEXTS, strict=True)
+    )
+    text = "".join(exports.stream(run.pk, "jsonl"))
+    assert text == expected
+    assert "".join(exports._jsonl(run)) == expected  # the Python path, on either database
+    lines = [json.loads(line) for line in text.split("\n")[:-1]]  # U+2028 is no line end
+    assert [line["payload"] for line in lines] == BYTE_PAYLOADS
+
+
+def test_jsonb_text_matches_postgresql_for_every_payload(postgres_only):
+    from decimal import Decimal
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for payload in [*BYTE_PAYLOADS, *TRICKY]:
+            cursor.execute("SELECT %s::jsonb::text", [json.dumps(payload)])
+            rendered = cursor.fetchone()[0]
+            assert exports.jsonb_text(json.loads(json.dumps(payload), parse_float=Decimal)) == (
+                rendered
+            )
