@@ -1,35 +1,49 @@
 """The browser provider through the engine (claim, render, fenced commit) on the JS sandbox.
 
-The same three script-rendered product pages, two datasets: the browser provider commits the
-values the sandbox holds; the direct provider quarantines every one as an empty shell, which
-is why the browser provider exists.
+The README's browser example (its TOML block, which must equal examples/js-shop.toml) is the
+dataset: on three script-rendered product pages it commits the values the sandbox holds; the
+same spec with the direct provider quarantines every page as an empty shell, which is why the
+browser provider exists.
 """
 
 from __future__ import annotations
 
-import copy
+import re
+import tomllib
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from recovery import specs, worker
+from recovery import manifests, specs, worker
 from recovery.models import Attempt, Observation, Task
 from recovery.sandbox import jsshop
-from tests.browser.browser_fixtures import BROWSER_SPEC, need_chromium
-from tests.direct_fixtures import create_run
+from tests.browser.browser_fixtures import need_chromium
 from tests.sandbox_fixtures import sandbox  # noqa: F401 (fixture)
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PAGES = (1, 2, 3)
 
 
-def _load(name: str, provider: str, options: dict) -> None:
-    raw = copy.deepcopy(BROWSER_SPEC)
-    raw.update(name=name, provider=provider, provider_options=options)
-    specs.save_dataset(specs.validate(raw))
+def readme_example() -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(
+        r"<!-- browser-example:start.*?-->\n```toml\n(.*?)```\n<!-- browser-example:end -->",
+        readme,
+        re.S,
+    )
+    assert block, "README has no browser example"
+    return block.group(1)
 
 
+def test_the_readme_example_is_the_example_file():
+    assert readme_example() == (ROOT / "examples/js-shop.toml").read_text()
+
+
+@pytest.mark.browser
 def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
     sandbox,  # noqa: F811
     tmp_path,
@@ -37,11 +51,14 @@ def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
 ):
     need_chromium()
     settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
-    _load("js-browser", "browser", {"wait_for": "div.product .price", "deadline": 20.0})
-    _load("js-direct", "direct", {"deadline": 5.0})
-    urls = [(sandbox.url(f"/js/product/{i}"), "product") for i in PAGES]
-    rendered = create_run("js-browser", urls, tmp_path)
-    plain = create_run("js-direct", urls, tmp_path)
+    example = tomllib.loads(readme_example())
+    specs.save_dataset(specs.validate(example))
+    direct = {**example, "name": "js-direct", "provider": "direct", "provider_options": {}}
+    specs.save_dataset(specs.validate(direct))
+    manifest = tmp_path / "js.csv"  # as the README writes it: one URL column
+    manifest.write_text("url\n" + "".join(sandbox.url(f"/js/product/{i}") + "\n" for i in PAGES))
+    rendered = manifests.create_run("js-shop", "2026-12-01", manifest).run
+    plain = manifests.create_run("js-direct", "2026-12-01", manifest).run
     try:
         worker.run_until_idle("w-browser-test")
     finally:
