@@ -6,14 +6,19 @@ is); here: what is served, what is refused, and that the task and quarantine pag
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from recovery import artefacts, failures
+from recovery import artefacts, failures, leases
 from recovery.models import Attempt, Task
+from recovery.providers.base import ErrorClass, Observed, Outcome, TaskInput
+from recovery.providers.browser import BrowserProvider
 from tests.browser.browser_fixtures import screenshot_attempt, tiny_png
 from tests.browser.world import make_users, make_world
+from tests.factories import make_run, make_tasks
 
 
 @pytest.fixture
@@ -105,3 +110,34 @@ def test_the_task_and_quarantine_pages_show_the_screenshot_next_to_the_error(wor
     quarantine_page = client.get(pages[1]).content.decode()
     assert f"task #{task.pk}<" in quarantine_page
     assert f'<img class="screenshot" src="{_url(attempt)}"' in quarantine_page
+
+
+def test_a_committed_attempt_keeps_the_refused_requests_of_its_page(db):
+    run = make_run()
+    make_tasks(run, 1)
+    claimed = leases.claim("w-refused", 1)
+    refused = ["GET http://127.0.0.1:6379/x: refused 127.0.0.1: loopback (port 6379 not allowed)"]
+    outcome = Outcome(
+        http_status=200,
+        observations=[Observed("SKU-1", {"price": "1.00"})],
+        artefact={"refused": refused, "cookie": "never stored"},
+    )
+    summary = leases.commit_outcomes("w-refused", claimed, [outcome])
+    assert summary.states == {"committed": 1}
+    (attempt,) = Attempt.objects.filter(run=run)
+    assert attempt.outcome == "committed"
+    assert attempt.artefact == {"refused": refused}
+
+
+def test_a_missing_browser_is_an_internal_error_naming_what_to_install(settings):
+    settings.SALVAGE_CHROMIUM = "/nonexistent/chromium"
+    provider = BrowserProvider()
+    task = TaskInput(
+        task_id=1, task_key="k", run_id=1, url="http://127.0.0.1:9/", page_type="product",
+        partition="p", window="w", dataset="d", attempt_count=1, lease_token=1,
+        spec={"page_types": {"product": {}}},
+    )  # fmt: skip
+    (outcome,) = asyncio.run(provider.execute_many([task]))
+    assert outcome.error_class == ErrorClass.INTERNAL
+    assert "no Chromium at /nonexistent/chromium" in outcome.error_detail
+    assert "apt-get install chromium" in outcome.error_detail
