@@ -135,6 +135,27 @@ def test_a_crashed_sender_is_looked_up_after_its_lease(file_drop, settings):
     assert event.state == "delivered" and event.attempts == 2
 
 
+@pytest.mark.parametrize("write_landed", [True, False])
+def test_an_event_left_sending_with_an_expired_lease_is_looked_up_before_any_resend(
+    destination, write_landed
+):
+    """A sender crashed between its claim and its result (so the event stays `sending`). After
+    the lease, the next sender asks the destination by key first: a write that landed is not
+    written again; one that did not is sent once. The HTTP destination here is not
+    idempotent, so a skipped lookup would show as a second PUT."""
+    event = accepted_event()
+    assert outbox._claim(event.pk, "unsent", 0, timezone.now())
+    if write_landed:
+        outbox.destination_for().send(str(event.pk), outbox.document(event))
+    assert outbox.deliver_due() == 0  # the crashed sender's lease still holds it
+    assert outbox.deliver_due(now=later()) == 1
+    event.refresh_from_db()
+    assert event.state == "delivered" and event.attempts == 2
+    assert destination.lookups[str(event.pk)] == 1  # looked up...
+    assert destination.puts[str(event.pk)] == 1  # ...so written exactly once either way
+    assert destination.records_for(str(event.pk)) == 1
+
+
 def test_retry_and_lookup_are_audited(destination):
     event = accepted_event()
     destination.arm(error_5xx=1)

@@ -131,3 +131,22 @@ def test_a_rule_removed_from_the_spec_stops_judging_the_run():
     dataset.save(update_fields=["spec"])
     assert validation.evaluate(run.pk).passed
     assert not ValidationResult.objects.filter(run=run, rule="sku_pattern").exists()
+
+
+def test_a_value_exactly_at_a_range_rules_min_and_max_is_valid():
+    """The boundaries are inclusive: min and max pass, a hair outside either fails."""
+    run = make_collected_run({"a": "good"}, per_partition=6)
+    dataset = run.dataset
+    dataset.spec["page_types"]["product"]["fields"]["weight"] = {"selector": ".weight"}
+    dataset.spec["rules"].append(
+        {"name": "weight_range", "kind": "range", "field": "weight", "min": 10, "max": 20.5}
+    )
+    dataset.save(update_fields=["spec"])
+    weights = ["10", "20.5", 10, "9.99", "20.51", "15"]
+    observations = list(Observation.objects.filter(run=run).order_by("pk"))
+    for obs, weight in zip(observations, weights, strict=True):
+        Observation.objects.filter(pk=obs.pk).update(payload={**obs.payload, "weight": weight})
+    validation.evaluate(run.pk)
+    states = [Observation.objects.get(pk=o.pk).validation_state for o in observations]
+    assert states == ["valid", "valid", "valid", "invalid", "invalid", "valid"]
+    assert result(run, "weight_range").detail == {"invalid": 2}

@@ -45,6 +45,12 @@ def tree(html: str) -> LexborHTMLParser:
         ("1,234,567", "1234567"),
         ("1.234.567", "1234567"),
         ("1 234,50", "1234.50"),
+        # A space-grouped number with three decimals: the comma is the decimal mark (a space
+        # groups thousands, so the comma cannot), unlike a lone "1,234".
+        ("1 234,567", "1234.567"),
+        ("1\u00a0234,567", "1234.567"),
+        ("1.234,567", "1234.567"),
+        ("1 234.567", "1234.567"),
         ("12\u00a0345,00 kr", "12345.00"),
         ("CHF 1'234.50", "1234.50"),
         ("£-5.00", "-5.00"),

@@ -96,3 +96,18 @@ def test_no_markers_means_no_checks():
 def test_a_bad_marker_selector_is_a_selector_failure():
     error = failure("<p>x</p>", {"consent": {"selector": "div["}})
     assert error.error_class is ErrorClass.SELECTOR
+
+
+def test_exactly_min_text_chars_visible_characters_is_not_an_empty_shell():
+    """The boundary: `min_text_chars` visible characters pass, one fewer is a shell
+    (whitespace and script text do not count)."""
+    spec = {"empty_shell": {"min_text_chars": 10}}
+
+    def page(text: str) -> str:
+        return f"<html><body><p> {text} </p>\n<script>var x = 1;</script></body></html>"
+
+    assert view(page("abcde fghij")).visible_chars == 10
+    check_page(view(page("abcde fghij")), spec)  # exactly 10: data
+    error = failure(page("abcde fghi"), spec)  # 9: a shell
+    assert error.error_class is ErrorClass.EMPTY_SHELL
+    assert "9 visible characters, expected at least 10" in error.reason
