@@ -34,6 +34,8 @@ from django.db.models import Q, TextChoices
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from recovery.outage import DATABASE_ERRORS, close_connections
+
 log = logging.getLogger(__name__)
 
 
@@ -174,9 +176,16 @@ class Heartbeat:
         self.keep_going = keep_going or (lambda: True)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False
 
     def start(self) -> Heartbeat:
-        beat(self.worker_id, self.kind)  # the row exists before the process does any work
+        try:
+            beat(self.worker_id, self.kind)  # the row exists before the process does any work
+        except DATABASE_ERRORS as exc:
+            # Started during a database outage: the process rides it out (recovery.outage)
+            # and the thread's next successful beat creates the row.
+            self._report(exc)
+            close_connections()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{self.kind}", daemon=True
         )
@@ -191,13 +200,29 @@ class Heartbeat:
                     return
                 try:
                     beat(self.worker_id, self.kind)
-                except Exception:  # a database blip costs one beat, never the thread
-                    log.warning("heartbeat of %s failed", self.worker_id, exc_info=True)
+                except Exception as exc:  # a database blip costs one beat, never the thread
+                    self._report(exc)
                     with contextlib.suppress(Exception):
                         connection.close()
+                else:
+                    if self._failing:
+                        log.warning("heartbeat of %s: beating again", self.worker_id)
+                        self._failing = False
         finally:
             with contextlib.suppress(Exception):
                 connection.close()  # this thread's own connection
+
+    def _report(self, exc: BaseException) -> None:
+        # One line when beats start failing (an outage lasts many beats), one when they resume.
+        if not self._failing:
+            self._failing = True
+            text = " ".join(str(exc).split())[:160]
+            log.warning(
+                "heartbeat of %s failed (%s: %s); retrying every beat",
+                self.worker_id,
+                type(exc).__name__,
+                text,
+            )
 
     def stop(self) -> None:
         """Stop beating and say goodbye (a clean exit)."""
@@ -206,6 +231,9 @@ class Heartbeat:
             self._thread.join(timeout=10)
         try:
             goodbye(self.worker_id)
+        except DATABASE_ERRORS as exc:
+            # Exiting because the database is gone: its row turns stale, then gone, by itself.
+            log.warning("goodbye of %s failed: %s", self.worker_id, type(exc).__name__)
         except Exception:
             log.warning("goodbye of %s failed", self.worker_id, exc_info=True)
 

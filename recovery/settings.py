@@ -271,6 +271,10 @@ SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
 SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
 SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)
 SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
+# Database outages (recovery.outage): the loops wait with backoff capped at SALVAGE_DB_RETRY_CAP
+# and exit (status 1, one line) once the database has been unreachable this many seconds.
+SALVAGE_DB_OUTAGE_LIMIT = env_float("SALVAGE_DB_OUTAGE_LIMIT", 600.0, minimum=1.0)
+SALVAGE_DB_RETRY_CAP = env_float("SALVAGE_DB_RETRY_CAP", 30.0, minimum=0.1)
 # Networks a target may resolve to although they are private (CIDRs, comma separated).
 SALVAGE_ALLOWED_NETWORKS = env_list("SALVAGE_ALLOWED_NETWORKS")
 SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://example.invalid/bot)")

@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, outbox
+from recovery import liveness, outage, outbox
 
 
 class Command(BaseCommand):
@@ -34,15 +34,21 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         total = 0
         heartbeat = liveness.start(liveness.WorkerKind.DELIVER)
+        # A database restart is waited out (one log line each way); past the limit, one line.
+        guard = outage.OutageGuard("deliver", stop=stop)
         try:
             while not stop.is_set():
-                done = outbox.deliver_due(options["limit"])
+                done = guard.step(lambda: outbox.deliver_due(options["limit"]))
+                if done is None:
+                    continue  # the database was unreachable; the guard has waited
                 total += done
                 if done:
                     continue
                 if options["until_idle"]:
                     break
                 stop.wait(options["interval"])
+        except outage.DatabaseOutage as exc:
+            raise CommandError(str(exc), returncode=1) from None
         finally:
             heartbeat.stop()
         self.stdout.write(f"deliver: {total} delivery attempts")

@@ -1,0 +1,124 @@
+"""Riding out a database outage in the long-running loops (work, dispatch, deliver, tasks).
+
+A PostgreSQL restart (`pg_ctl restart -m fast`: "terminating connection due to administrator
+command", then "connection refused" until it is back) used to end every loop with a traceback.
+`OutageGuard.step(fn)` runs one step of a loop; when the step fails because the database is
+unreachable it:
+- closes the process's connections (a broken one must not be reused; the step's transaction,
+  if any, was already rolled back by `atomic()` on its way out, so nothing is half-done);
+- logs one line when the database goes away and one when it is back (not one per retry);
+- waits with capped exponential backoff and full jitter (1 s, 2 s, 4 s ... up to
+  SALVAGE_DB_RETRY_CAP), interruptible by the loop's stop event (SIGTERM still exits promptly);
+- and past SALVAGE_DB_OUTAGE_LIMIT seconds of continuous outage raises `DatabaseOutage`, whose
+  message is the one line the command exits with (status 1).
+Leases that expired meanwhile are taken over as usual by whichever worker claims next: the
+outage changes nothing in the fencing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# What a lost or refused connection raises through Django (psycopg's AdminShutdown,
+# "connection refused", "server closed the connection unexpectedly", "the connection is
+# closed"). SQLite's "database is locked" is an OperationalError too; a lock is no outage, but
+# waiting and retrying is the right answer to it as well.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+class DatabaseOutage(RuntimeError):
+    """The database stayed unreachable past the configured limit."""
+
+
+def close_connections() -> None:
+    """Drop every connection of this thread, broken or not; the next query reconnects."""
+    for conn in connections.all(initialized_only=True):
+        try:
+            conn.close()
+        except Exception:  # closing a dead socket may raise; it is closed either way
+            conn.connection = None
+
+
+class OutageGuard:
+    """Runs the steps of one loop; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        stop: threading.Event | None = None,
+        limit: float | None = None,
+        cap: float | None = None,
+        base: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.stop = stop or threading.Event()
+        self.limit = float(settings.SALVAGE_DB_OUTAGE_LIMIT if limit is None else limit)
+        self.cap = float(settings.SALVAGE_DB_RETRY_CAP if cap is None else cap)
+        self.base = base
+        self.clock = clock
+        self.down_since: float | None = None
+        self.failures = 0
+        self.outages = 0  # how many times the database went away (for tests and logs)
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def step(self, fn: Callable[[], T]) -> T | None:
+        """fn(), or None after waiting out a database failure (the loop then tries again)."""
+        try:
+            result = fn()
+        except DATABASE_ERRORS as exc:
+            self._failed(exc)
+            return None
+        if self.down_since is not None:
+            seconds = self.clock() - self.down_since
+            log.warning("%s: database available again after %.0f s; resuming", self.name, seconds)
+            self.down_since, self.failures = None, 0
+        return result
+
+    def _failed(self, exc: BaseException) -> None:
+        close_connections()
+        now = self.clock()
+        if self.down_since is None:
+            self.down_since = now
+            self.outages += 1
+        self.failures += 1
+        down_for = now - self.down_since
+        if down_for >= self.limit:
+            raise DatabaseOutage(
+                f"{self.name}: database unavailable for {down_for:.0f} s, over the "
+                f"{self.limit:g} s limit (SALVAGE_DB_OUTAGE_LIMIT); exiting: {_short(exc)}"
+            ) from None
+        delay = min(self.cap, self.base * 2 ** (self.failures - 1))
+        delay = min(delay, self.limit - down_for)
+        if self.failures == 1:
+            log.warning(
+                "%s: database unavailable (%s); retrying with backoff up to %g s, giving up "
+                "after %g s",
+                self.name,
+                _short(exc),
+                self.cap,
+                self.limit,
+            )
+        # Full jitter: many processes losing the database together do not return in step.
+        self.stop.wait(random.uniform(delay / 2, delay))
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__

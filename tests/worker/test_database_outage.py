@@ -1,0 +1,112 @@
+"""Long-running processes ride out a PostgreSQL outage, and give up past the limit.
+
+The outage is real: the test database stops accepting connections (`ALTER DATABASE ...
+ALLOW_CONNECTIONS false`) and every backend of the processes under test is terminated
+(`pg_terminate_backend`, what a fast restart does to them), for several seconds; the shared
+server stays up for the other helpers and for this test's own connection, which the test uses
+to write work while the processes cannot reach the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from recovery import acceptance
+from recovery.models import OutboxEvent
+from recovery.processes import Supervisor, manage_py, wait_until
+from tests.acceptance_factories import make_collected_run
+from tests.worker.engine_procs import child_env
+
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+
+
+def admin_dsn() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/postgres"
+
+
+@contextlib.contextmanager
+def database_outage():
+    """The test database refuses new connections and loses every other backend, until the
+    block ends. This test's own connection (used to write work meanwhile) is spared."""
+    name = connection.settings_dict["NAME"]
+    connection.ensure_connection()
+    mine = connection.connection.info.backend_pid
+    with psycopg.connect(admin_dsn(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> %s AND pid <> pg_backend_pid()",
+                [name, mine],
+            )
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+def accepted_event() -> OutboxEvent:
+    run = make_collected_run({"a": "good"}, per_partition=2)
+    acceptance.advance_runs()
+    acceptance.accept_run(run.pk, "admin")
+    return OutboxEvent.objects.get(run=run, event_type="accepted")
+
+
+def delivered(event: OutboxEvent) -> bool:
+    return OutboxEvent.objects.get(pk=event.pk).state == "delivered"
+
+
+def test_deliver_rides_out_an_outage_and_resumes_by_itself(postgres_only, tmp_path):
+    env = child_env(
+        SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
+        SALVAGE_OUTBOX_WAKE="0",
+        SALVAGE_DB_RETRY_CAP="1",
+        SALVAGE_HEARTBEAT_SECONDS="1",
+    )
+    with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
+        deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
+        first = accepted_event()
+        wait_until(lambda: delivered(first), timeout=60, what="the first delivery")
+        with database_outage():
+            during = accepted_event()  # written while the process cannot reach the database
+            time.sleep(4)  # the outage itself: the process must keep running through it
+            assert deliver.alive()
+            assert not delivered(during)
+        wait_until(lambda: delivered(during), timeout=60, what="the delivery after the outage")
+        assert deliver.alive()
+    log = deliver.log_path.read_text()
+    assert log.count("deliver: database unavailable") == 1, log
+    assert log.count("deliver: database available again") == 1, log
+    assert "Traceback" not in log, log
+    assert deliver.popen.returncode == 0  # stopped by SIGTERM, cleanly
+
+
+def test_deliver_exits_1_with_one_line_past_the_limit(postgres_only, tmp_path):
+    env = child_env(
+        SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
+        SALVAGE_OUTBOX_WAKE="0",
+        SALVAGE_DB_OUTAGE_LIMIT="3",
+        SALVAGE_DB_RETRY_CAP="0.5",
+    )
+    with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
+        deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
+        first = accepted_event()
+        wait_until(lambda: delivered(first), timeout=60, what="the first delivery")
+        with database_outage():
+            wait_until(lambda: not deliver.alive(), timeout=30, what="deliver giving up")
+    assert deliver.popen.returncode == 1
+    log = deliver.log_path.read_text()
+    last = log.strip().splitlines()[-1]
+    assert "over the 3 s limit (SALVAGE_DB_OUTAGE_LIMIT)" in last, log
+    assert "Traceback" not in log, log
