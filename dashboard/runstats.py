@@ -1,8 +1,8 @@
-"""Read-only figures for the run pages, each one bounded however big the run is.
+"""Read-only data for the run pages' chart and error groups, bounded however big the run is.
 
-Task counts come from recovery.counters (a few summed rows per run, never a COUNT(*) over
-tasks); rates and the chart read recent attempts as a range of the (run, finished_at) index;
-error-class groups read at most SAMPLE_CAP quarantined tasks.
+The run figures themselves (coverage, throughput, ETA, ...) are defined in recovery.figures.
+The chart reads recent attempts as a range of the (run, finished_at) index; error-class groups
+read at most SAMPLE_CAP quarantined tasks.
 """
 
 from __future__ import annotations
@@ -12,86 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from recovery.models import Attempt, RemoteJob, Task, TaskCountDelta
-from recovery.states.task import TERMINAL, TaskState
+from recovery.models import Attempt, Task
 
-RATE_WINDOW = timedelta(minutes=10)
 SAMPLE_CAP = 10_000
 CHART_RANGES = {"15m": 15, "1h": 60, "6h": 360}
 ERROR_OUTCOMES = ("retry", "quarantined", "dead", "lost_lease", "unknown")
-SETTLED_OUTCOMES = ("committed", "gone", "quarantined", "dead")
-
-
-@dataclass
-class RunSummary:
-    counts: dict[str, int] = field(default_factory=dict)
-    total: int = 0
-    settled_per_minute: float = 0.0
-    credits: int = 0
-
-    @property
-    def committed(self) -> int:
-        return self.counts.get(TaskState.COMMITTED, 0)
-
-    @property
-    def remaining(self) -> int:
-        return sum(n for s, n in self.counts.items() if s not in TERMINAL)
-
-    @property
-    def coverage(self) -> float:
-        return 100.0 * self.committed / self.total if self.total else 0.0
-
-    @property
-    def done(self) -> float:
-        settled = sum(n for s, n in self.counts.items() if s in TERMINAL)
-        return 100.0 * settled / self.total if self.total else 0.0
-
-    @property
-    def eta_minutes(self) -> float | None:
-        if not self.remaining:
-            return 0.0
-        if self.settled_per_minute <= 0:
-            return None
-        return self.remaining / self.settled_per_minute
-
-
-def summaries(runs) -> dict[int, RunSummary]:
-    """Counts, rate and credits for a page of runs: three grouped queries in all."""
-    ids = [run.pk for run in runs]
-    result = {run.pk: RunSummary(total=run.task_total) for run in runs}
-    counts = (
-        TaskCountDelta.objects.filter(run_id__in=ids)
-        .values("run_id", "state")
-        .annotate(n=Sum("delta"))
-        .order_by()
-    )
-    for row in counts:
-        if row["n"]:
-            result[row["run_id"]].counts[row["state"]] = row["n"]
-    since = timezone.now() - RATE_WINDOW
-    rates = (
-        Attempt.objects.filter(run_id__in=ids, finished_at__gte=since, outcome__in=SETTLED_OUTCOMES)
-        .values("run_id")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    for row in rates:
-        result[row["run_id"]].settled_per_minute = row["n"] / (RATE_WINDOW.total_seconds() / 60)
-    credits = (
-        RemoteJob.objects.filter(run_id__in=ids)
-        .values("run_id")
-        .annotate(n=Sum("credits_used"))
-        .order_by()
-    )
-    for row in credits:
-        result[row["run_id"]].credits = row["n"] or 0
-    for summary in result.values():
-        summary.total = max(summary.total, sum(summary.counts.values()))
-    return result
 
 
 def chart_buckets(run_id: int, minutes: int) -> list[tuple[datetime, int, int]]:

@@ -37,6 +37,7 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("demo/", demo_views.story, name="demo"),
     path("demo/repaired-spec", demo_views.load_repaired_spec, name="demo_load_spec"),
+    path("glossary/", views.glossary, name="glossary"),
 ]
 
 # The login/logout views live outside the namespace so LOGIN_URL = "login" resolves.

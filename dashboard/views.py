@@ -12,12 +12,12 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard import (
     charts,
@@ -36,7 +36,7 @@ from dashboard.forms import (
     RecoveryBatchForm,
     ReviewedForm,
 )
-from recovery import artefacts, counters, liveness
+from recovery import artefacts, confirmations, counters, figures, liveness
 from recovery.models import (
     Attempt,
     AuditEntry,
@@ -55,7 +55,7 @@ from recovery.models import (
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import POLLABLE, RECONCILE
 from recovery.states.run import AVAILABLE
-from recovery.states.task import TERMINAL, TaskState
+from recovery.states.task import TaskState
 
 GRID_PAGE = 100
 
@@ -119,9 +119,9 @@ def runs(request: HttpRequest) -> HttpResponse:
     listing = lists.bind(request, lists.RUNS, Run.objects.select_related("dataset"))
     if listing.redirect:
         return redirect(listing.redirect)
-    stats = runstats.summaries(listing.rows)
+    stats = figures.run_figures(listing.rows)
     rows = [
-        {"run": run, "s": stats[run.pk], "bar": charts.progress_bar(stats[run.pk].counts, 0)}
+        {"run": run, "f": stats[run.pk], "bar": charts.progress_bar(stats[run.pk].counts, 0)}
         for run in listing.rows
     ]
     datasets = Dataset.objects.order_by("name").values_list("name", flat=True)[:200]
@@ -170,7 +170,7 @@ def _task_rows(run: Run):
 @permission_required("recovery.view_run", raise_exception=True)
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
-    summary = runstats.summaries([run])[run.pk]
+    summary = figures.run_figures([run])[run.pk]
     grid = counters.by_partition(run.pk)
     flags = {p.name: p for p in RunPartition.objects.filter(run=run)[:5000]}
     # Quarantined partitions first, then by name; paged by position in that order.
@@ -191,24 +191,29 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     minutes = runstats.CHART_RANGES.get(chart_range, 60)
     context = {
         "run": run,
-        "s": summary,
+        "f": summary,
         "bar": charts.progress_bar(summary.counts, summary.total, width=600),
         "states": states,
         "grid_rows": grid_rows,
         "grid_next": start + GRID_PAGE if start + GRID_PAGE < len(names) else None,
         "grid_prev": max(start - GRID_PAGE, 0) if start else None,
-        "validation": ValidationResult.objects.filter(run=run).order_by(
-            "passed", "rule", "partition"
-        )[:200],
+        "validation": figures.rule_checks(run, limit=200),
         "remote_jobs": RemoteJob.objects.filter(run=run).order_by("-pk")[:20],
-        "batches": RecoveryBatch.objects.filter(run=run).order_by("-pk")[:20],
+        "batches": _with_outcomes(RecoveryBatch.objects.filter(run=run).order_by("-pk")[:20]),
         "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:10],
         "chart": charts.activity_chart(runstats.chart_buckets(run.pk, minutes)),
         "chart_range": chart_range,
         "chart_ranges": list(runstats.CHART_RANGES),
-        "reject_form": ReasonForm(),
     }
     return render(request, "dashboard/run_detail.html", context)
+
+
+def _with_outcomes(batches) -> list[RecoveryBatch]:
+    """Each batch with its badge figures (a running one counts its tasks: one indexed query)."""
+    batches = list(batches)
+    for batch in batches:
+        batch.figures = figures.batch_outcome(batch)
+    return batches
 
 
 def _flagged(flag: RunPartition | None) -> bool:
@@ -222,11 +227,50 @@ def _int(raw: str | None, default: int) -> int:
         return default
 
 
+def _confirmed(request: HttpRequest) -> bool:
+    """True only for the confirmation page's own POST; any other request just shows the page."""
+    return request.method == "POST" and request.POST.get("confirmed") == "1"
+
+
+def _confirm_page(
+    request: HttpRequest,
+    *,
+    title: str,
+    subject,
+    consequence: confirmations.Consequence,
+    button: str,
+    back: str,
+    form=None,
+) -> HttpResponse:
+    return render(
+        request,
+        "dashboard/confirm.html",
+        {
+            "title": title,
+            "subject": subject,
+            "consequence": consequence,
+            "button": button,
+            "back": back,
+            "form": form,
+        },
+    )
+
+
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required("recovery.accept_run", raise_exception=True)
 def run_accept(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    """GET (or an unconfirmed POST) shows what accepting does; the confirmed POST accepts."""
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    if not _confirmed(request):
+        return _confirm_page(
+            request,
+            title=f"Accept run #{run.pk}?",
+            subject=run,
+            consequence=confirmations.accept(run),
+            button=f"Yes, accept run #{run.pk}",
+            back=reverse("dashboard:run", args=[run.pk]),
+        )
     ok, _ = engine.call(request, "acceptance.accept_run", run.pk, actor=_actor(request))
     if ok:
         messages.success(request, f"Run {run} accepted.")
@@ -234,14 +278,21 @@ def run_accept(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required("recovery.accept_run", raise_exception=True)
 def run_reject(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
-    form = ReasonForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
-        return redirect("dashboard:run", run_id=run.pk)
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    form = ReasonForm(request.POST if request.method == "POST" else None)
+    if not _confirmed(request) or not form.is_valid():
+        return _confirm_page(
+            request,
+            title=f"Reject run #{run.pk}?",
+            subject=run,
+            consequence=confirmations.reject(run),
+            button=f"Yes, reject run #{run.pk}",
+            back=reverse("dashboard:run", args=[run.pk]),
+            form=form,
+        )
     ok, _ = engine.call(
         request,
         "acceptance.reject_run",
@@ -255,14 +306,30 @@ def run_reject(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required("recovery.accept_run", raise_exception=True)
 def run_publish(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    if not _confirmed(request):
+        return _confirm_page(
+            request,
+            title=f"Publish run #{run.pk}?",
+            subject=run,
+            consequence=confirmations.publish(run),
+            button=f"Yes, publish run #{run.pk}",
+            back=reverse("dashboard:run", args=[run.pk]),
+        )
     ok, _ = engine.call(request, "acceptance.publish_run", run.pk, actor=_actor(request))
     if ok:
         messages.success(request, f"Run {run} published.")
     return redirect("dashboard:run", run_id=run.pk)
+
+
+@login_required
+@require_GET
+@permission_required("recovery.view_run", raise_exception=True)
+def glossary(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/glossary.html", {"terms": figures.GLOSSARY.items()})
 
 
 # --- quarantine and triage -------------------------------------------------------------------
@@ -342,7 +409,7 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
         "sample_cap": runstats.SAMPLE_CAP,
         "batch_form": batch_form,
         "note_form": NoteForm(),
-        "batches": RecoveryBatch.objects.filter(run=run).order_by("-pk")[:10],
+        "batches": _with_outcomes(RecoveryBatch.objects.filter(run=run).order_by("-pk")[:10]),
         "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:20],
     }
     return render(request, "dashboard/quarantine.html", context, status=listing.status)
@@ -413,32 +480,40 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
         _form_errors(request, form)
         return redirect("dashboard:quarantine", run_id=run.pk)
     data = form.cleaned_data
-    if request.POST.get("confirmed") != "1":
-        # Nothing changes yet. The ceiling comes from the counters: terminal tasks in the
-        # selected partitions (all partitions if none is selected); the other filters narrow it.
-        chosen = data["partitions"] or list(grid)
-        ceiling = sum(n for p in chosen for st, n in grid.get(p, {}).items() if st in TERMINAL)
-        return render(
+    selection = {
+        "partitions": tuple(data["partitions"]),
+        "page_types": tuple(data["page_types"]),
+        "error_classes": tuple(data["error_classes"]),
+        "rules": tuple(data["rules"]),
+    }
+    expected = _int(request.POST.get("expected_tasks"), 0)
+    if _confirmed(request) and expected:
+        ok, batch = engine.call(
             request,
-            "dashboard/batch_confirm.html",
-            {"run": run, "form": form, "data": data, "ceiling": ceiling},
+            "reruns.create_recovery_batch",
+            run.pk,
+            **selection,
+            reason=data["reason"],
+            scraper_version=data["scraper_version"],
+            actor=_actor(request),
+            expected_tasks=expected,  # the count the operator confirmed
         )
-    ok, batch = engine.call(
-        request,
-        "reruns.create_recovery_batch",
-        run.pk,
-        partitions=tuple(data["partitions"]),
-        page_types=tuple(data["page_types"]),
-        error_classes=tuple(data["error_classes"]),
-        rules=tuple(data["rules"]),
-        reason=data["reason"],
-        scraper_version=data["scraper_version"],
-        actor=_actor(request),
-    )
+        if ok:
+            messages.success(
+                request, f"Recovery batch {batch.pk}: {batch.task_count} tasks queued."
+            )
+            return redirect("dashboard:batch", batch_id=batch.pk)
+        # Refused (the count moved, or the selection no longer matches): show it again as it
+        # is now, or go back to the form if it matches nothing.
+    # Nothing changes yet: the count is the batch's own selection query (reruns.selected_tasks).
+    ok, preview = engine.call(request, "reruns.preview_recovery_batch", run.pk, **selection)
     if not ok:
         return redirect("dashboard:quarantine", run_id=run.pk)
-    messages.success(request, f"Recovery batch {batch.pk}: {batch.task_count} tasks queued.")
-    return redirect("dashboard:batch", batch_id=batch.pk)
+    return render(
+        request,
+        "dashboard/batch_confirm.html",
+        {"run": run, "form": form, "data": data, "preview": preview},
+    )
 
 
 @login_required
@@ -446,22 +521,11 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
 @permission_required("recovery.view_recoverybatch", raise_exception=True)
 def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     batch = get_object_or_404(RecoveryBatch.objects.select_related("run__dataset"), pk=batch_id)
-    # A batch's tasks through the recovery_batch foreign-key index: bounded by the batch size.
-    counts = dict(
-        Task.objects.filter(recovery_batch=batch)
-        .values_list("state")
-        .annotate(n=Count("pk"))
-        .order_by()
-        .values_list("state", "n")
-    )
-    settled = sum(n for s, n in counts.items() if s in TERMINAL)
-    total = max(batch.task_count, sum(counts.values()))
+    outcome = figures.batch_outcome(batch)
     context = {
         "batch": batch,
-        "counts": counts,
-        "settled": settled,
-        "total": total,
-        "bar": charts.progress_bar(counts, total, width=600),
+        "outcome": outcome,
+        "bar": charts.progress_bar(outcome.counts, outcome.total, width=600),
     }
     return render(request, "dashboard/batch_detail.html", context)
 
@@ -488,17 +552,46 @@ def reconcile(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _reconcile_action(request: HttpRequest, job_id: int, path: str, done: str) -> HttpResponse:
+@login_required
+@require_POST
+@permission_required("recovery.resolve_reconcile", raise_exception=True)
+def reconcile_attach(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(RemoteJob, pk=job_id)
-    form = (AttachJobForm if path.endswith("attach_job_id") else ReasonForm)(request.POST)
+    form = AttachJobForm(request.POST)
     if not form.is_valid():
         _form_errors(request, form)
         return redirect("dashboard:reconcile")
-    args = [job.pk]
-    if path.endswith("attach_job_id"):
-        args.append(form.cleaned_data["provider_job_id"])
     ok, _ = engine.call(
-        request, path, *args, actor=_actor(request), reason=form.cleaned_data["reason"]
+        request,
+        "reconcile.attach_job_id",
+        job.pk,
+        form.cleaned_data["provider_job_id"],
+        actor=_actor(request),
+        reason=form.cleaned_data["reason"],
+    )
+    if ok:
+        messages.success(request, f"Remote job {job.pk}: job id attached.")
+    return redirect("dashboard:reconcile")
+
+
+def _reconcile_decision(
+    request: HttpRequest, job_id: int, *, path: str, consequence, title: str, done: str
+) -> HttpResponse:
+    """Replace and dismiss: a confirmation page first (with the reason), then one engine call."""
+    job = get_object_or_404(RemoteJob.objects.select_related("run__dataset"), pk=job_id)
+    form = ReasonForm(request.POST if request.method == "POST" else None)
+    if not _confirmed(request) or not form.is_valid():
+        return _confirm_page(
+            request,
+            title=title.format(job=job),
+            subject=job,
+            consequence=consequence(job),
+            button=f"Yes, {title.split(' remote')[0].lower()} remote job #{job.pk}",
+            back=reverse("dashboard:reconcile") + f"#job-{job.pk}",
+            form=form,
+        )
+    ok, _ = engine.call(
+        request, path, job.pk, actor=_actor(request), reason=form.cleaned_data["reason"]
     )
     if ok:
         messages.success(request, f"Remote job {job.pk}: {done}.")
@@ -506,26 +599,31 @@ def _reconcile_action(request: HttpRequest, job_id: int, path: str, done: str) -
 
 
 @login_required
-@require_POST
-@permission_required("recovery.resolve_reconcile", raise_exception=True)
-def reconcile_attach(request: HttpRequest, job_id: int) -> HttpResponse:
-    return _reconcile_action(request, job_id, "reconcile.attach_job_id", "job id attached")
-
-
-@login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required("recovery.resolve_reconcile", raise_exception=True)
 def reconcile_replace(request: HttpRequest, job_id: int) -> HttpResponse:
-    return _reconcile_action(
-        request, job_id, "reconcile.replace_attempt", "replacement attempt created"
+    return _reconcile_decision(
+        request,
+        job_id,
+        path="reconcile.replace_attempt",
+        consequence=confirmations.replace,
+        title="Replace remote job #{job.pk} with a new paid job?",
+        done="replacement attempt created",
     )
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required("recovery.resolve_reconcile", raise_exception=True)
 def reconcile_dismiss(request: HttpRequest, job_id: int) -> HttpResponse:
-    return _reconcile_action(request, job_id, "reconcile.dismiss", "dismissed")
+    return _reconcile_decision(
+        request,
+        job_id,
+        path="reconcile.dismiss",
+        consequence=confirmations.dismiss,
+        title="Dismiss remote job #{job.pk}?",
+        done="dismissed",
+    )
 
 
 # --- tasks -----------------------------------------------------------------------------------

@@ -99,6 +99,9 @@ class RecoveryBatch(models.Model):
     partition_hashes_before = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # The batch's tasks by final state when it completed ({"committed": 40, "dead": 2}):
+    # recovered / still failing / dead stay what they were even if a later batch resets them.
+    outcome = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name_plural = "recovery batches"

@@ -3,7 +3,8 @@
 1. The run's manifest is frozen (its hash is recorded on the batch) and the last accepted
    dataset is retained: an accepted or published run stays available while the batch runs.
 2. Tasks are selected by partition, page type, error class or failed validation rule (AND
-   across kinds, OR within a kind); only terminal tasks are selected.
+   across kinds, OR within a kind); only terminal tasks are selected. `selected_tasks` is that
+   one query: the confirmation's count (`preview_recovery_batch`) and the batch both use it.
 3. The reason and the new scraper version are recorded on the batch.
 4. The batch lives under the original run; its task keys are the original ones.
 5. `states.task.reset_for_batch` resets exactly those tasks: new attempts get new ids and link
@@ -11,7 +12,7 @@
 6. Observations are upserted by their original keys (the engine's commit), and a value of a
    published run becomes a versioned correction (recovery.corrections).
 7. When every task of the batch is terminal, the repaired partitions are re-marked and the whole
-   run re-evaluated; the batch is completed.
+   run re-evaluated; the batch is completed and its tasks' final states are kept (`outcome`).
 8. A reopened run becomes a candidate again and is promoted only after acceptance passes.
 
 Guarantee 7: the observations of the partitions the batch does not touch are hashed when the
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from recovery import audit, validation
+from recovery import audit, figures, validation
 from recovery.models import Observation, RecoveryBatch, Run, Task, ValidationResult
 from recovery.providers.base import ErrorClass
 from recovery.states import run as run_states
@@ -85,6 +87,118 @@ def _refuse_unknown(what: str, given: Sequence[str], valid: set[str]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What an operator selected: AND across kinds, OR within a kind."""
+
+    partitions: tuple[str, ...] = ()
+    page_types: tuple[str, ...] = ()
+    error_classes: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+
+    @classmethod
+    def clean(
+        cls,
+        partitions: Sequence[str] = (),
+        page_types: Sequence[str] = (),
+        error_classes: Sequence[str] = (),
+        rules: Sequence[str] = (),
+    ) -> Selection:
+        selection = cls(
+            tuple(_clean(partitions, "partition")),
+            tuple(_clean(page_types, "page type")),
+            tuple(_clean(error_classes, "error class")),
+            tuple(_clean(rules, "rule")),
+        )
+        if not (
+            selection.partitions
+            or selection.page_types
+            or selection.error_classes
+            or selection.rules
+        ):
+            raise RerunError("select tasks by partition, page type, error class or rule")
+        return selection
+
+
+def selected_tasks(run: Run, selection: Selection) -> QuerySet[Task]:
+    """The run's settled tasks a batch with this selection resets: the one query both the
+    confirmation's count and the batch itself use. Raises RerunError on a selection that
+    names something the run does not have."""
+    query = Q(run_id=run.pk, state__in=TERMINAL)
+    if selection.partitions:
+        known = set(
+            Task.objects.filter(run_id=run.pk, partition__in=selection.partitions)
+            .order_by()
+            .values_list("partition", flat=True)
+            .distinct()
+        )
+        unknown = sorted(set(selection.partitions) - known)
+        if unknown:
+            raise RerunError(f"partition {unknown[0]!r} is not in run {run.pk}")
+        query &= Q(partition__in=selection.partitions)
+    if selection.page_types:
+        _refuse_unknown(
+            "page type",
+            selection.page_types,
+            set(run.dataset.spec.get("page_types", {})) | _present(run.pk, "page_type"),
+        )
+        query &= Q(page_type__in=selection.page_types)
+    if selection.error_classes:
+        _refuse_unknown(
+            "error class",
+            selection.error_classes,
+            {str(c) for c in ErrorClass} | _present(run.pk, "last_error_class"),
+        )
+        query &= Q(last_error_class__in=selection.error_classes)
+    if selection.rules:
+        spec_rules = {r["name"] for r in run.dataset.spec.get("rules", [])}
+        for rule in selection.rules:
+            if rule not in spec_rules:
+                raise RerunError(f"rule {rule!r} is not a rule of dataset {run.dataset.name}")
+        failing = set(
+            ValidationResult.objects.filter(run_id=run.pk, rule__in=selection.rules, passed=False)
+            .exclude(partition="")
+            .values_list("partition", flat=True)
+        )
+        if not failing:
+            raise RerunError(
+                f"rule {', '.join(selection.rules)}: no partition of run {run.pk} fails it"
+            )
+        query &= Q(partition__in=failing)
+    return Task.objects.filter(query).order_by()
+
+
+@dataclass
+class Preview:
+    """What a batch with this selection would reset now (the confirmation page)."""
+
+    tasks: int
+    by_partition: dict[str, int]
+    by_state: dict[str, int]
+
+
+def preview_recovery_batch(
+    run_id: int,
+    *,
+    partitions: Sequence[str] = (),
+    page_types: Sequence[str] = (),
+    error_classes: Sequence[str] = (),
+    rules: Sequence[str] = (),
+) -> Preview:
+    """Count the tasks create_recovery_batch would reset, by the same query; changes nothing."""
+    selection = Selection.clean(partitions, page_types, error_classes, rules)
+    run = Run.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None:
+        raise RerunError(f"run {run_id} does not exist")
+    by_partition: dict[str, int] = {}
+    by_state: dict[str, int] = {}
+    rows = selected_tasks(run, selection).values_list("partition", "state").annotate(n=Count("pk"))
+    for partition, state, n in rows:
+        by_partition[partition] = by_partition.get(partition, 0) + n
+        by_state[state] = by_state.get(state, 0) + n
+    return Preview(tasks=sum(by_state.values()), by_partition=by_partition, by_state=by_state)
+
+
 def create_recovery_batch(
     run_id: int,
     *,
@@ -95,16 +209,16 @@ def create_recovery_batch(
     reason: str,
     scraper_version: str,
     actor: str,
+    expected_tasks: int | None = None,
 ) -> RecoveryBatch:
-    """Create a recovery batch for the selected terminal tasks of a run and reset them."""
-    partitions = _clean(partitions, "partition")
-    page_types = _clean(page_types, "page type")
-    error_classes = _clean(error_classes, "error class")
-    rules = _clean(rules, "rule")
+    """Create a recovery batch for the selected terminal tasks of a run and reset them.
+
+    `expected_tasks` is the count the operator confirmed: if the selection matches a different
+    number of tasks now (tasks settled meanwhile), nothing is created.
+    """
+    selection = Selection.clean(partitions, page_types, error_classes, rules)
     reason = (reason or "").strip()
     scraper_version = (scraper_version or "").strip()
-    if not (partitions or page_types or error_classes or rules):
-        raise RerunError("select tasks by partition, page type, error class or rule")
     if not reason:
         raise RerunError("a recovery batch needs a reason")
     if not scraper_version:
@@ -116,48 +230,14 @@ def create_recovery_batch(
         run = Run.objects.select_for_update().select_related("dataset").filter(pk=run_id).first()
         if run is None:
             raise RerunError(f"run {run_id} does not exist")
-        query = Q(run_id=run.pk, state__in=TERMINAL)
-        if partitions:
-            known = set(
-                Task.objects.filter(run_id=run.pk, partition__in=partitions)
-                .order_by()
-                .values_list("partition", flat=True)
-                .distinct()
-            )
-            unknown = sorted(set(partitions) - known)
-            if unknown:
-                raise RerunError(f"partition {unknown[0]!r} is not in run {run.pk}")
-            query &= Q(partition__in=partitions)
-        if page_types:
-            _refuse_unknown(
-                "page type",
-                page_types,
-                set(run.dataset.spec.get("page_types", {})) | _present(run.pk, "page_type"),
-            )
-            query &= Q(page_type__in=page_types)
-        if error_classes:
-            _refuse_unknown(
-                "error class",
-                error_classes,
-                {str(c) for c in ErrorClass} | _present(run.pk, "last_error_class"),
-            )
-            query &= Q(last_error_class__in=error_classes)
-        if rules:
-            spec_rules = {r["name"] for r in run.dataset.spec.get("rules", [])}
-            for rule in rules:
-                if rule not in spec_rules:
-                    raise RerunError(f"rule {rule!r} is not a rule of dataset {run.dataset.name}")
-            failing = set(
-                ValidationResult.objects.filter(run_id=run.pk, rule__in=rules, passed=False)
-                .exclude(partition="")
-                .values_list("partition", flat=True)
-            )
-            if not failing:
-                raise RerunError(f"rule {', '.join(rules)}: no partition of run {run.pk} fails it")
-            query &= Q(partition__in=failing)
-        selected = list(Task.objects.filter(query).order_by().values_list("pk", "partition"))
+        selected = list(selected_tasks(run, selection).values_list("pk", "partition"))
         if not selected:
             raise RerunError(f"no terminal task of run {run.pk} matches the selection")
+        if expected_tasks is not None and expected_tasks != len(selected):
+            raise RerunError(
+                f"the selection now matches {len(selected)} tasks, not the {expected_tasks} "
+                "you confirmed; nothing was reset, review it again"
+            )
         touched = {p for _pk, p in selected}
         all_partitions = set(
             Observation.objects.filter(run_id=run.pk)
@@ -177,10 +257,10 @@ def create_recovery_batch(
         batch = RecoveryBatch.objects.create(
             run=run,
             selection={
-                "partitions": partitions,
-                "page_types": page_types,
-                "error_classes": error_classes,
-                "rules": rules,
+                "partitions": list(selection.partitions),
+                "page_types": list(selection.page_types),
+                "error_classes": list(selection.error_classes),
+                "rules": list(selection.rules),
                 "touched_partitions": sorted(touched),
             },
             reason=reason,
@@ -216,13 +296,10 @@ def create_recovery_batch(
 
 
 def recovered(batch: RecoveryBatch) -> tuple[int, int]:
-    """(recovered, total) for a batch: of the observations of the batch's tasks, how many are
-    valid. The dashboard's "N of M recovered"; final once the batch completes (its repaired
-    partitions are judged then), and a batch that repairs nothing shows "0 of M"."""
-    rows = Observation.objects.filter(source_task__recovery_batch_id=batch.pk)
-    total = rows.count()
-    valid = rows.filter(validation_state=Observation.Validation.VALID).count()
-    return valid, total
+    """(recovered, total) tasks of a batch, as recovery.figures defines them (the demo's
+    checklist and the batch page's badge say the same "N of M recovered")."""
+    outcome = figures.batch_outcome(batch)
+    return outcome.recovered, outcome.total
 
 
 def untouched_unchanged(batch: RecoveryBatch) -> dict[str, bool]:
@@ -244,8 +321,9 @@ def complete_batch(batch_id: int) -> bool:
     # evaluate; the result is the same and only one completes the batch below.
     result = validation.evaluate(batch.run_id, mark=touched)
     with transaction.atomic():
+        outcome = figures.outcome_counts(batch.pk)
         done = RecoveryBatch.objects.filter(pk=batch.pk, state=RecoveryBatch.State.RUNNING).update(
-            state=RecoveryBatch.State.COMPLETED, completed_at=timezone.now()
+            state=RecoveryBatch.State.COMPLETED, completed_at=timezone.now(), outcome=outcome
         )
         if not done:
             return False
@@ -261,6 +339,7 @@ def complete_batch(batch_id: int) -> bool:
             released=result.released,
             quarantined=result.quarantined,
             untouched_unchanged=all(unchanged.values()),
+            outcome=outcome,
         )
     return True
 

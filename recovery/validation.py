@@ -419,10 +419,9 @@ def _count():
 
 
 def stored_failures(run_id: int) -> list[str]:
-    """Run-level rules that failed at the last evaluation."""
-    return [
-        f"{r.rule}: {r.value:.4g} (threshold {r.threshold:.4g})"
-        if r.value is not None and r.threshold is not None
-        else r.rule
-        for r in ValidationResult.objects.filter(run_id=run_id, partition="", passed=False)
-    ]
+    """Run-level rules that failed at the last evaluation, in the dashboard's words
+    ("coverage 0.754, needs ≥ 0.90": recovery.figures.RuleCheck.failure)."""
+    from recovery import figures
+
+    run = Run.objects.select_related("dataset").get(pk=run_id)
+    return [check.failure for check in figures.acceptance_failures(run)]

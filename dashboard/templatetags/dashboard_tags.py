@@ -12,6 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from recovery import figures
+
 register = template.Library()
 
 
@@ -167,10 +169,17 @@ def audit_object_url(entry: Any) -> str:
     return ""
 
 
-@register.simple_tag
-def batch_recovered(batch: Any) -> dict[str, int]:
-    """{"recovered": N, "total": M}: reruns.recovered, the batch page's "N of M recovered"."""
-    from recovery import reruns
+@register.filter
+def definition(key: str) -> str:
+    """A figure's one definition (recovery.figures.GLOSSARY), for its tooltip."""
+    return figures.definition(key)
 
-    valid, total = reruns.recovered(batch)
-    return {"recovered": valid, "total": total}
+
+@register.filter
+def percent(share: float | None) -> str:
+    return "—" if share is None else f"{100 * share:.1f}%"
+
+
+@register.filter
+def per_minute(rate: float | None) -> str:
+    return "none" if rate is None else f"{rate:.1f}/min"

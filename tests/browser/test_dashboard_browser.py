@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from recovery.models import AuditEntry, Observation, RecoveryBatch, RemoteJob, RunPartition, Task
+from recovery.models import (
+    AuditEntry,
+    Observation,
+    RecoveryBatch,
+    RemoteJob,
+    Run,
+    RunPartition,
+    Task,
+)
 from tests.browser.world import PASSWORD, make_users, make_world
 from tests.worker.engine_procs import Procs
 
@@ -122,12 +130,14 @@ def test_an_admin_creates_a_recovery_batch_and_watches_it_finish(
     form.get_by_role("button", name="Create recovery batch").click()
     # Select -> confirm -> one engine call: nothing is reset before the confirmation.
     expect(page.locator("#batch-summary")).to_contain_text("beta.test, gamma.test")
-    expect(page.locator("#batch-summary")).to_contain_text("at most 4")
+    # The exact count, by the query the batch runs: the 4 quarantined tasks of beta and gamma.
+    expect(page.locator("#batch-count")).to_have_text("4")
+    screenshot(page, "batch-confirm")
     assert not RecoveryBatch.objects.filter(run=world.run).exists()
-    page.get_by_role("button", name="Confirm: create recovery batch").click()
+    page.get_by_role("button", name="Confirm: reset 4 tasks").click()
 
     expect(page.locator(".message.success")).to_contain_text("4 tasks queued")
-    expect(page.locator("#batch-state")).to_have_text("running")
+    expect(page.locator("#batch-state")).to_have_text("running, 0 of 4 settled")
     batch = RecoveryBatch.objects.get(run=world.run)
     assert batch.task_count == 4
     assert sorted(batch.selection["partitions"]) == ["beta.test", "gamma.test"]
@@ -138,7 +148,13 @@ def test_an_admin_creates_a_recovery_batch_and_watches_it_finish(
         # The page refreshes itself every 2 s: the settled count climbs to 4 of 4.
         expect(page.locator("#batch-settled")).to_have_text("4", timeout=60_000)
         # The worker's acceptance step completes the batch (revalidation); the page shows it.
-        expect(page.locator("#batch-state")).to_have_text("completed", timeout=60_000)
+        # Every task committed, but the noop provider's rows lack the required title: nothing
+        # was recovered, and the badge says so rather than a green "completed".
+        expect(page.locator("#batch-state")).to_have_text(
+            "completed, 0 of 4 recovered", timeout=60_000
+        )
+        expect(page.locator("#batch-state")).to_have_class(re.compile("tone-bad"))
+        expect(page.locator("#batch-outcome")).to_contain_text("still failing 4")
         screenshot(page, "recovery-batch")
         assert set(Task.objects.filter(recovery_batch=batch).values_list("state", flat=True)) == {
             "committed"
@@ -154,6 +170,36 @@ def test_an_admin_creates_a_recovery_batch_and_watches_it_finish(
         for proc in procs.children:
             procs.stop(proc)
         procs.close()
+
+
+def test_an_admin_accepts_a_run_through_its_confirmation(world, live_server, page, screenshot):
+    log_in(page, live_server, "adam")
+    page.goto(f"{live_server.url}/runs/{world.candidate.pk}/")
+    # Hovering a figure's name shows its one definition (the glossary's words).
+    throughput = page.locator("#run-figures a.term", has_text="Throughput")
+    assert "worker held one of the run's leases" in throughput.get_attribute("title")
+    page.get_by_role("link", name="Accept run…").click()
+    expect(page.locator("h1")).to_have_text(f"Accept run #{world.candidate.pk}?")
+    expect(page.locator("#consequences")).to_contain_text(
+        f"become the current dataset shop, replacing run #{world.accepted.pk}"
+    )
+    screenshot(page, "accept-confirm")
+    # Nothing happened yet: the page only explains.
+    assert Run.objects.get(pk=world.candidate.pk).acceptance_state == "candidate"
+    page.get_by_role("button", name=f"Yes, accept run #{world.candidate.pk}").click()
+    expect(page.locator(".message.success")).to_contain_text("accepted")
+    expect(page.locator("#run-figures")).to_contain_text("accepted")
+    # A finished run shows no ETA.
+    expect(page.locator("#eta")).to_contain_text("run is accepted")
+    assert Run.objects.get(pk=world.candidate.pk).acceptance_state == "accepted"
+    assert AuditEntry.objects.filter(actor="adam", action="accept_run").exists()
+    # Publish goes through its own confirmation; going back changes nothing.
+    page.get_by_role("link", name="Publish run…").click()
+    expect(page.locator("#consequences")).to_contain_text("published dataset")
+    page.get_by_role("link", name="No, go back").click()
+    assert Run.objects.get(pk=world.candidate.pk).acceptance_state == "accepted"
+    page.get_by_role("link", name="Glossary").click()
+    expect(page.locator("#glossary")).to_contain_text("Acceptance coverage")
 
 
 def test_an_operator_resolves_a_reconcile_item(world, live_server, page, screenshot):

@@ -73,6 +73,13 @@ PAGES: dict[str, Page] = {
     ),
     "dashboard:audit": Page(allowed={"admin"}),
     "dashboard:demo": Page(allowed={"operator", "admin", "exporter"}),
+    "dashboard:glossary": Page(),
+    # Confirmation pages: a GET (or an unconfirmed POST) shows the consequences, changes nothing.
+    "dashboard:run_accept": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
+    "dashboard:run_reject": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
+    "dashboard:run_publish": Page(lambda w: {"run_id": w.accepted.pk}, allowed={"admin"}),
+    "dashboard:reconcile_replace": Page(lambda w: {"job_id": w.job.pk}),
+    "dashboard:reconcile_dismiss": Page(lambda w: {"job_id": w.job.pk}),
 }
 
 
@@ -89,19 +96,19 @@ def _audited(action: str) -> Callable[[World], bool]:
 POSTS: dict[str, Post] = {
     "dashboard:run_accept": Post(
         lambda w: {"run_id": w.candidate.pk},
-        {},
+        {"confirmed": "1"},
         {"admin"},
         lambda w: Run.objects.get(pk=w.candidate.pk).acceptance_state == "accepted",
     ),
     "dashboard:run_reject": Post(
         lambda w: {"run_id": w.candidate.pk},
-        {"reason": "prices look wrong"},
+        {"reason": "prices look wrong", "confirmed": "1"},
         {"admin"},
         lambda w: Run.objects.get(pk=w.candidate.pk).acceptance_state == "rejected",
     ),
     "dashboard:run_publish": Post(
         lambda w: {"run_id": w.accepted.pk},
-        {},
+        {"confirmed": "1"},
         {"admin"},
         lambda w: Run.objects.get(pk=w.accepted.pk).acceptance_state == "published",
     ),
@@ -123,6 +130,7 @@ POSTS: dict[str, Post] = {
             "partitions": ["beta.test", "gamma.test"],
             "reason": "selector fixed",
             "scraper_version": "2",
+            "expected_tasks": "4",
             "confirmed": "1",
         },
         {"admin"},
@@ -136,13 +144,13 @@ POSTS: dict[str, Post] = {
     ),
     "dashboard:reconcile_replace": Post(
         lambda w: {"job_id": w.job.pk},
-        {"reason": "provider confirms nothing was created"},
+        {"reason": "provider confirms nothing was created", "confirmed": "1"},
         VIEWERS,
         lambda w: RemoteJob.objects.get(pk=w.job.pk).state == "replaced",
     ),
     "dashboard:reconcile_dismiss": Post(
         lambda w: {"job_id": w.job.pk},
-        {"reason": "listing withdrawn"},
+        {"reason": "listing withdrawn", "confirmed": "1"},
         VIEWERS,
         lambda w: RemoteJob.objects.get(pk=w.job.pk).state == "dismissed",
     ),
@@ -283,6 +291,8 @@ def test_it_accepts_a_post_with_the_pages_csrf_token(world):
 def test_it_refuses_get_on_post_views(world):
     client = _client(world, "admin")
     for name, post in POSTS.items():
+        if name in PAGES:
+            continue  # a confirmation page: its GET is the page
         response = client.get(reverse(name, kwargs=post.kwargs(world)))
         assert response.status_code == 405, name
 
@@ -396,14 +406,17 @@ def test_it_pages_deliveries_by_time_then_id(world):
 def test_it_asks_for_confirmation_before_creating_a_recovery_batch(world):
     client = _client(world, "admin")
     data = dict(POSTS["dashboard:create_batch"].data)
-    del data["confirmed"]
+    del data["confirmed"], data["expected_tasks"]
     before = snapshot()
     url = reverse("dashboard:create_batch", kwargs={"run_id": world.run.pk})
     response = client.post(url, data)
     assert response.status_code == 200
-    assert b"Confirm: create recovery batch" in response.content
-    assert response.context["ceiling"] == 4
+    assert b"Confirm: reset 4 tasks" in response.content
+    assert response.context["preview"].tasks == 4
     assert snapshot() == before
-    confirmed = client.post(url, {**data, "confirmed": "1"})
+    # "confirmed" without the count the operator saw is not a confirmation either.
+    assert client.post(url, {**data, "confirmed": "1"}).status_code == 200
+    assert snapshot() == before
+    confirmed = client.post(url, {**data, "confirmed": "1", "expected_tasks": "4"})
     assert confirmed.status_code == 302
     assert RecoveryBatch.objects.filter(run=world.run, task_count=4).exists()

@@ -1,0 +1,470 @@
+"""The figures operators read on the dashboard, each defined once: words and computation.
+
+`GLOSSARY` holds the one definition of each figure; the glossary page, the tooltips next to
+every figure and README's dashboard section use these words (a test compares them). The
+functions below compute the figures exactly as the words say, from bounded queries: task
+counts from `recovery.counters`, rates from a range of the (run, finished_at, outcome) index,
+liveness from the worker heartbeat table.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from recovery import liveness
+from recovery.models import (
+    Attempt,
+    Observation,
+    RecoveryBatch,
+    RemoteJob,
+    Run,
+    Task,
+    TaskCountDelta,
+    ValidationResult,
+    WorkerHeartbeat,
+)
+from recovery.states.remote_job import RECONCILE
+from recovery.states.run import RunState
+from recovery.states.task import TERMINAL, TaskState
+
+# Throughput averages this many worker-active minutes, looked for within RATE_HORIZON.
+RATE_MINUTES = 10
+RATE_HORIZON = timedelta(hours=1)
+# Attempt outcomes that leave their task in a final state (what throughput counts).
+SETTLED_OUTCOMES = (
+    Attempt.Outcome.COMMITTED,
+    Attempt.Outcome.GONE,
+    Attempt.Outcome.QUARANTINED,
+    Attempt.Outcome.DEAD,
+)
+# At most this many tasks held by provider jobs are read to count them (a lower bound past it).
+HELD_CAP = 10_000
+# Rule kinds whose value must reach a minimum; every other kind is a share under a maximum.
+MIN_RULE_KINDS = frozenset({"coverage", "required", "outcome_ratio"})
+
+GLOSSARY: dict[str, tuple[str, str]] = {
+    "committed_coverage": (
+        "Committed coverage",
+        "Committed tasks / all tasks of the run. A task is one page, however many attempts "
+        "it took. It says how much was fetched and extracted; it is not what acceptance judges.",
+    ),
+    "acceptance_coverage": (
+        "Acceptance coverage",
+        "The value of the dataset's coverage rule at its last evaluation: valid observations "
+        "outside held partitions / tasks of the page types that extract fields. A run can be "
+        "accepted only when it reaches the rule's minimum, shown beside it.",
+    ),
+    "settled": (
+        "Settled",
+        "Tasks in a final state (committed, gone, quarantined or dead) / all tasks of the run.",
+    ),
+    "throughput": (
+        "Throughput",
+        f"Tasks settled per minute, averaged over the last {RATE_MINUTES} whole minutes within "
+        "the past hour in which a worker held one of the run's leases (an attempt of the run "
+        "finished in that minute). Idle minutes do not count; none when nothing ran.",
+    ),
+    "eta": (
+        "ETA",
+        "Tasks not yet settled / throughput. Shown only while the run is collecting, at least "
+        "one worker is alive and nothing blocks the run; never on a candidate, accepted, "
+        "published or rejected run.",
+    ),
+    "worker_alive": (
+        "Alive worker",
+        "A worker process (work loop, qcluster, dispatcher or delivery loop) whose heartbeat "
+        "is recent: within SALVAGE_WORKER_ALIVE_SECONDS (30 s by default; the workers page's "
+        "legend shows the value in force), and that has not stopped.",
+    ),
+    "blocked": (
+        "Blocked",
+        "A collecting run that cannot progress without someone: tasks that await a reconcile "
+        "decision (a provider submission whose outcome is unknown or whose job the provider "
+        "cannot find), or no worker alive to do the work.",
+    ),
+    "credits": (
+        "Credits used",
+        "The sum of the credits the provider jobs of the run reported.",
+    ),
+    "rule_result": (
+        "Rule result",
+        "A rule's value for the run or one partition, compared with its threshold: at least "
+        "the minimum for coverage, required and outcome_ratio rules; at most the maximum "
+        "share of invalid values for value and partition rules. Pass or fail follows.",
+    ),
+    "batch_tasks": (
+        "Tasks reset by a batch",
+        "The run's settled tasks that match every selected kind (partitions, page types, error "
+        "classes, failed rules; any value within a kind), counted by the same query that "
+        "resets them. The confirmation shows this exact number.",
+    ),
+    "batch_outcome": (
+        "Recovered / still failing / dead",
+        "Of a batch's tasks: recovered ended committed with valid data (every row it produced "
+        "passes the rules after the batch); still failing ended quarantined, or committed with "
+        "data still invalid or held; dead ended dead (retry budget exhausted); gone ended gone "
+        "(404 or 410). Counted when the batch completes.",
+    ),
+}
+
+
+def definition(key: str) -> str:
+    return GLOSSARY[key][1]
+
+
+# --- workers -------------------------------------------------------------------------------------
+
+
+def workers_alive(now: datetime | None = None) -> int:
+    """Worker processes alive (GLOSSARY["worker_alive"]), by recovery.liveness's threshold."""
+    return WorkerHeartbeat.objects.filter(liveness.alive_q(now)).count()
+
+
+# --- throughput ----------------------------------------------------------------------------------
+
+
+def _activity(run_ids: list[int], now: datetime) -> dict[int, dict[datetime, int]]:
+    """{run: {minute: tasks settled in it}} for every whole minute of the horizon in which an
+    attempt of the run finished (settled or not: a retry is activity too)."""
+    end = now.replace(second=0, microsecond=0)
+    rows = (
+        Attempt.objects.filter(
+            run_id__in=run_ids, finished_at__gte=end - RATE_HORIZON, finished_at__lt=end
+        )
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("run_id", "minute", "outcome")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    activity: dict[int, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    for row in rows:
+        settled = row["n"] if row["outcome"] in SETTLED_OUTCOMES else 0
+        activity[row["run_id"]][row["minute"]] += settled
+    return activity
+
+
+def throughput(minutes: dict[datetime, int]) -> float | None:
+    """Tasks settled per active minute over the last RATE_MINUTES active minutes."""
+    active = sorted(minutes, reverse=True)[:RATE_MINUTES]
+    if not active:
+        return None
+    return sum(minutes[m] for m in active) / len(active)
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RuleCheck:
+    """One stored rule result, ready to show: rounded value, comparison, pass or fail."""
+
+    rule: str
+    partition: str
+    passed: bool
+    value: float | None
+    threshold: float | None
+    comparison: str  # ">=" or "<="
+    detail: dict
+    evaluated_at: datetime | None = None
+
+    @property
+    def symbol(self) -> str:
+        return "≥" if self.comparison == ">=" else "≤"
+
+    @property
+    def shown_value(self) -> str:
+        return "" if self.value is None else f"{self.value:.3f}"
+
+    @property
+    def shown_threshold(self) -> str:
+        if self.threshold is None:
+            return ""
+        text = f"{self.threshold:.3f}".rstrip("0")
+        if len(text.split(".")[1]) < 2:
+            text = f"{self.threshold:.2f}"
+        return f"{self.symbol} {text}"
+
+    @property
+    def failure(self) -> str:
+        """ "coverage 0.754, needs ≥ 0.90" (the words Accept uses when it refuses)."""
+        if self.value is None or self.threshold is None:
+            return f"{self.rule} failed"
+        return f"{self.rule} {self.shown_value}, needs {self.shown_threshold}"
+
+
+def rule_kinds(spec: dict) -> dict[str, str]:
+    return {r["name"]: r["kind"] for r in (spec or {}).get("rules", []) if "name" in r}
+
+
+def rule_check(result: ValidationResult, kinds: dict[str, str]) -> RuleCheck:
+    kind = kinds.get(result.rule, "")
+    return RuleCheck(
+        rule=result.rule,
+        partition=result.partition,
+        passed=result.passed,
+        value=result.value,
+        threshold=result.threshold,
+        comparison=">=" if kind in MIN_RULE_KINDS else "<=",
+        detail=result.detail or {},
+        evaluated_at=result.evaluated_at,
+    )
+
+
+@dataclass
+class RunFigures:
+    state: str
+    total: int
+    counts: dict[str, int] = field(default_factory=dict)
+    throughput: float | None = None  # tasks per worker-active minute
+    awaiting_decision: int = 0
+    workers_alive: int = 0
+    credits: int = 0
+    acceptance_coverage: RuleCheck | None = None
+    failing_rules: list[RuleCheck] = field(default_factory=list)
+
+    @property
+    def committed(self) -> int:
+        return self.counts.get(TaskState.COMMITTED, 0)
+
+    @property
+    def committed_coverage(self) -> float | None:
+        return self.committed / self.total if self.total else None
+
+    @property
+    def settled(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in TERMINAL)
+
+    @property
+    def settled_share(self) -> float | None:
+        return self.settled / self.total if self.total else None
+
+    @property
+    def remaining(self) -> int:
+        return max(self.total - self.settled, 0)
+
+    @property
+    def collecting(self) -> bool:
+        return self.state == RunState.COLLECTING
+
+    @property
+    def blocked(self) -> list[str]:
+        """Why a collecting run cannot progress (GLOSSARY["blocked"]); empty when it can."""
+        if not self.collecting:
+            return []
+        reasons = []
+        if self.awaiting_decision:
+            n = self.awaiting_decision
+            reasons.append(f"blocked: {n} task{'s' if n != 1 else ''} await a reconcile decision")
+        if not self.workers_alive:
+            reasons.append("no worker alive")
+        return reasons
+
+    @property
+    def eta_minutes(self) -> float | None:
+        """GLOSSARY["eta"]: None whenever the words say it is not shown."""
+        if not self.collecting or self.blocked or not self.remaining:
+            return None
+        if not self.throughput:
+            return None
+        return self.remaining / self.throughput
+
+    @property
+    def eta_absent(self) -> str:
+        """Why no ETA is shown, in a few words."""
+        if not self.collecting:
+            return f"run is {self.state}"
+        if self.blocked:
+            return self.blocked[0]
+        if not self.remaining:
+            return "every task settled"
+        return "nothing ran in the past hour"
+
+
+def run_figures(runs: Iterable[Run], now: datetime | None = None) -> dict[int, RunFigures]:
+    """The figures of a page of runs, in a fixed number of grouped queries."""
+    now = now or timezone.now()
+    runs = list(runs)
+    ids = [run.pk for run in runs]
+    alive = workers_alive(now)
+    result = {
+        run.pk: RunFigures(state=run.acceptance_state, total=run.task_total, workers_alive=alive)
+        for run in runs
+    }
+    for row in (
+        TaskCountDelta.objects.filter(run_id__in=ids)
+        .values("run_id", "state")
+        .annotate(n=Sum("delta"))
+        .order_by()
+    ):
+        if row["n"]:
+            result[row["run_id"]].counts[row["state"]] = row["n"]
+    for figures in result.values():
+        figures.total = max(figures.total, sum(figures.counts.values()))
+    for run_id, minutes in _activity(ids, now).items():
+        result[run_id].throughput = throughput(minutes)
+    for run_id, n in awaiting_decision(ids).items():
+        result[run_id].awaiting_decision = n
+    for row in (
+        RemoteJob.objects.filter(run_id__in=ids)
+        .values("run_id")
+        .annotate(n=Sum("credits_used"))
+        .order_by()
+    ):
+        result[row["run_id"]].credits = row["n"] or 0
+    kinds = {run.pk: rule_kinds(run.dataset.spec) for run in runs}
+    for stored in ValidationResult.objects.filter(run_id__in=ids, partition=""):
+        check = rule_check(stored, kinds[stored.run_id])
+        figures = result[stored.run_id]
+        if kinds[stored.run_id].get(stored.rule) == "coverage":
+            figures.acceptance_coverage = check
+        if not check.passed:
+            figures.failing_rules.append(check)
+    return result
+
+
+def awaiting_decision(run_ids: list[int]) -> dict[int, int]:
+    """{run: tasks held by remote jobs that await a reconcile decision}."""
+    jobs = dict(
+        RemoteJob.objects.filter(run_id__in=run_ids, state__in=RECONCILE).values_list(
+            "pk", "run_id"
+        )[:1000]
+    )
+    counts: dict[int, int] = defaultdict(int)
+    for job_pk, n in held_by_jobs(list(jobs)).items():
+        counts[jobs[job_pk]] += n
+    return dict(counts)
+
+
+def held_by_jobs(job_ids: list[int]) -> dict[int, int]:
+    """{remote job: tasks it holds} (a job holds its tasks under the owner "remote:<pk>")."""
+    from recovery import remote
+
+    if not job_ids:
+        return {}
+    owners = {remote.owner_of(pk): pk for pk in job_ids}
+    # Read at most HELD_CAP rows (a provider job holds one batch of tasks), never a count over
+    # the task table; past the cap the figure is a lower bound.
+    held = Task.objects.filter(state=TaskState.LEASED, lease_owner__in=list(owners)).values_list(
+        "lease_owner", flat=True
+    )
+    counts: dict[int, int] = defaultdict(int)
+    for owner in held[:HELD_CAP]:
+        counts[owners[owner]] += 1
+    return dict(counts)
+
+
+def acceptance_failures(run: Run) -> list[RuleCheck]:
+    """The run-level rules that failed at the last evaluation (why Accept is disabled)."""
+    kinds = rule_kinds(run.dataset.spec)
+    return [
+        rule_check(r, kinds)
+        for r in ValidationResult.objects.filter(run=run, partition="", passed=False).order_by(
+            "rule"
+        )
+    ]
+
+
+def rule_checks(run: Run, limit: int = 500) -> list[RuleCheck]:
+    """Every stored rule result of a run: failures first, the run-level row before partitions."""
+    kinds = rule_kinds(run.dataset.spec)
+    rows = ValidationResult.objects.filter(run=run).order_by("passed", "rule", "partition")
+    return [rule_check(r, kinds) for r in rows[:limit]]
+
+
+# --- recovery batches ----------------------------------------------------------------------------
+
+
+@dataclass
+class BatchOutcome:
+    """GLOSSARY["batch_outcome"] for one batch."""
+
+    state: str
+    total: int
+    counts: dict[str, int] = field(default_factory=dict)  # the batch's tasks by state
+    invalid_data: int = 0  # committed tasks whose data is still invalid or held
+
+    @property
+    def recovered(self) -> int:
+        return max(self.counts.get(TaskState.COMMITTED, 0) - self.invalid_data, 0)
+
+    @property
+    def still_failing(self) -> int:
+        return self.counts.get(TaskState.QUARANTINED, 0) + self.invalid_data
+
+    @property
+    def dead(self) -> int:
+        return self.counts.get(TaskState.DEAD, 0)
+
+    @property
+    def gone(self) -> int:
+        return self.counts.get(TaskState.GONE, 0)
+
+    @property
+    def settled(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in TERMINAL)
+
+    @property
+    def completed(self) -> bool:
+        return self.state == RecoveryBatch.State.COMPLETED
+
+    @property
+    def badge(self) -> str:
+        if self.completed:
+            return f"completed, {self.recovered} of {self.total} recovered"
+        return f"{self.state}, {self.settled} of {self.total} settled"
+
+    @property
+    def tone(self) -> str:
+        """ok only when every task of a completed batch was recovered."""
+        if not self.completed:
+            return "running"
+        if self.recovered == self.total:
+            return "ok"
+        return "bad" if self.recovered == 0 else "partial"
+
+
+def batch_outcome(batch: RecoveryBatch) -> BatchOutcome:
+    """A completed batch's figures as stored at completion; a running batch's live counts."""
+    stored = batch.outcome if batch.state == RecoveryBatch.State.COMPLETED else None
+    if not stored:
+        stored = outcome_counts(batch.pk, judge=batch.state == RecoveryBatch.State.COMPLETED)
+    counts = {s: int(n) for s, n in stored.get("states", {}).items()}
+    return BatchOutcome(
+        state=batch.state,
+        total=max(batch.task_count, sum(counts.values())),
+        counts=counts,
+        invalid_data=int(stored.get("invalid_data", 0)),
+    )
+
+
+def outcome_counts(batch_id: int, *, judge: bool = True) -> dict:
+    """{"states": the batch's tasks by state, "invalid_data": committed tasks with an
+    observation that is not valid}: what a batch keeps when it completes (RecoveryBatch.outcome),
+    after its repaired partitions were judged again."""
+    states = dict(
+        Task.objects.filter(recovery_batch_id=batch_id)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("state", "n")
+    )
+    invalid = 0
+    if judge:
+        invalid = (
+            Observation.objects.filter(
+                source_task__recovery_batch_id=batch_id,
+                source_task__state=TaskState.COMMITTED,
+            )
+            .exclude(validation_state=Observation.Validation.VALID)
+            .values("source_task_id")
+            .distinct()
+            .count()
+        )
+    return {"states": states, "invalid_data": invalid}

@@ -1,0 +1,141 @@
+"""Consequential actions go through a confirmation page; only its own POST acts.
+
+Accept, Reject, Publish, Dismiss, Replace and a recovery batch: a GET or a POST without the
+confirmation step shows what would happen and changes nothing (on SQLite and PostgreSQL);
+the confirmed POST acts and is audited; Accept is disabled, naming the failing rules, while
+the run cannot be accepted.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from recovery.models import AuditEntry, Run, ValidationResult
+from tests.browser.world import make_users, make_world
+from tests.db.test_dashboard_permissions import POSTS, snapshot
+
+CONFIRMED = [
+    "dashboard:run_accept",
+    "dashboard:run_reject",
+    "dashboard:run_publish",
+    "dashboard:reconcile_replace",
+    "dashboard:reconcile_dismiss",
+    "dashboard:create_batch",
+]
+
+
+@pytest.fixture
+def world(db):
+    users = make_users()
+    w = make_world()
+    w.users = users
+    return w
+
+
+def _client(world, role: str) -> Client:
+    client = Client()
+    client.force_login(world.users[role])
+    return client
+
+
+def _role(name: str) -> str:
+    return sorted(POSTS[name].allowed)[0]
+
+
+@pytest.mark.parametrize("name", CONFIRMED)
+def test_it_changes_nothing_on_a_post_without_the_confirmation_step(world, name):
+    post = POSTS[name]
+    data = {k: v for k, v in post.data.items() if k != "confirmed"}
+    before = snapshot()
+    response = _client(world, _role(name)).post(reverse(name, kwargs=post.kwargs(world)), data)
+    assert response.status_code == 200
+    assert b'name="confirmed" value="1"' in response.content
+    assert snapshot() == before
+    assert not post.happened(world)
+
+
+@pytest.mark.parametrize("name", CONFIRMED)
+def test_it_acts_on_the_confirmed_post_and_audits_it(world, name):
+    post = POSTS[name]
+    before = AuditEntry.objects.count()
+    response = _client(world, _role(name)).post(
+        reverse(name, kwargs=post.kwargs(world)), post.data, follow=True
+    )
+    assert [str(m) for m in response.context["messages"] if m.level_tag == "error"] == []
+    assert post.happened(world)
+    entry = AuditEntry.objects.order_by("-pk").first()
+    assert AuditEntry.objects.count() > before
+    assert entry.actor == world.users[_role(name)].username
+
+
+def test_it_states_what_accepting_does(world):
+    response = _client(world, "admin").get(
+        reverse("dashboard:run_accept", kwargs={"run_id": world.candidate.pk})
+    )
+    text = response.content.decode()
+    assert f"become the current dataset shop, replacing run #{world.accepted.pk}" in text
+    assert "An &#x27;accepted&#x27; event is written to the outbox" in text
+    assert 'name="confirm">Yes, accept run' in text
+    assert "disabled" not in text.split('name="confirm"')[1].split(">")[0]
+
+
+def test_it_states_that_a_replacement_is_a_new_paid_job(world):
+    response = _client(world, "operator").get(
+        reverse("dashboard:reconcile_replace", kwargs={"job_id": world.job.pk})
+    )
+    text = response.content.decode()
+    assert "A new messora batch job is submitted for the 1 task" in text
+    assert "a new paid provider job" in text
+    dismiss = _client(world, "operator").get(
+        reverse("dashboard:reconcile_dismiss", kwargs={"job_id": world.job.pk})
+    )
+    assert "end dead" in dismiss.content.decode()
+
+
+def test_it_keeps_the_reason_typed_before_the_confirmation(world):
+    url = reverse("dashboard:run_reject", kwargs={"run_id": world.candidate.pk})
+    response = _client(world, "admin").post(url, {"reason": "prices look wrong"})
+    assert b"prices look wrong</textarea>" in response.content
+    assert Run.objects.get(pk=world.candidate.pk).acceptance_state == "candidate"
+    # Confirmed without a reason: the page again, with the error, and nothing changed.
+    again = _client(world, "admin").post(url, {"confirmed": "1", "reason": " "})
+    assert again.status_code == 200
+    assert Run.objects.get(pk=world.candidate.pk).acceptance_state == "candidate"
+
+
+def test_it_disables_accept_and_names_the_failing_rules(world):
+    spec = dict(world.candidate.dataset.spec)
+    spec["rules"] = [{"name": "coverage", "kind": "coverage", "min": 0.9}]
+    world.candidate.dataset.spec = spec
+    world.candidate.dataset.save()
+    ValidationResult.objects.create(
+        run=world.candidate,
+        rule="coverage",
+        partition="",
+        passed=False,
+        value=0.754,
+        threshold=0.9,
+        detail={"valid": 754, "tasks": 1000},
+    )
+    client = _client(world, "admin")
+    run_page = client.get(reverse("dashboard:run", kwargs={"run_id": world.candidate.pk}))
+    text = run_page.content.decode()
+    assert '<button type="button" name="accept" disabled>Accept run</button>' in text
+    assert "Cannot accept: coverage 0.754, needs ≥ 0.90." in text
+    assert reverse("dashboard:run_accept", kwargs={"run_id": world.candidate.pk}) not in text
+    # Side by side: committed coverage and the rule's value with its minimum.
+    assert "100.0% (2 of 2 tasks committed)" in text
+    assert "75.4%, needs ≥ 90.0%" in text
+
+    url = reverse("dashboard:run_accept", kwargs={"run_id": world.candidate.pk})
+    confirm = client.get(url).content.decode()
+    assert "fails coverage 0.754, needs ≥ 0.90" in confirm
+    assert 'name="confirm" disabled' in confirm
+    # Forged past the disabled button: the engine refuses, and nothing changes.
+    before = snapshot()
+    response = client.post(url, {"confirmed": "1"}, follow=True)
+    errors = [str(m) for m in response.context["messages"] if m.level_tag == "error"]
+    assert errors and "fails its rules: coverage 0.000, needs ≥ 0.90" in errors[0]
+    assert snapshot() == before
