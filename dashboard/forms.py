@@ -61,3 +61,20 @@ class RecoveryBatchForm(forms.Form):
                 "Select at least one partition, page type, error class or failed rule."
             )
         return data
+
+
+class SpecUploadForm(forms.Form):
+    spec = forms.FileField(label="Spec file (.toml or .json)")
+
+
+class ManifestUploadForm(forms.Form):
+    # The engine checks the window and the version (recovery.manifests) so that a refusal
+    # reads exactly as `createrun` words it; these caps only bound what is read.
+    window = forms.CharField(max_length=200, help_text="e.g. 2026-11-29 or 2026-W48")
+    manifest = forms.FileField(label="Manifest (.csv, .jsonl or .txt)")
+    add = forms.BooleanField(
+        required=False, label="Add its new URLs to the existing run of this window"
+    )
+    scraper_version = forms.CharField(
+        required=False, max_length=200, help_text="blank: the spec's scraper_version"
+    )

@@ -42,6 +42,7 @@ ADMIN_PERMS = [
     "retry_delivery",
     "view_audit",
     "view_auditentry",
+    "upload_dataset",
 ]
 EXPORTER_PERMS = ["export_dataset"]
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import demo_views, views
+from dashboard import dataset_views, demo_views, views
 
 app_name = "dashboard"
 
@@ -35,6 +35,10 @@ urlpatterns = [
     path("exports/", views.exports, name="exports"),
     path("exports/<int:run_id>.<str:fmt>", views.export_download, name="export_download"),
     path("audit/", views.audit, name="audit"),
+    path("datasets/", dataset_views.datasets, name="datasets"),
+    path("datasets/upload", dataset_views.dataset_upload, name="dataset_upload"),
+    path("datasets/<slug:name>/", dataset_views.dataset_detail, name="dataset"),
+    path("datasets/<slug:name>/runs", dataset_views.run_create, name="run_create"),
     path("demo/", demo_views.story, name="demo"),
     path("demo/repaired-spec", demo_views.load_repaired_spec, name="demo_load_spec"),
     path("glossary/", views.glossary, name="glossary"),

@@ -42,7 +42,19 @@ KEY_LOOKUP = 900
 
 
 class ManifestError(ValueError):
-    """Bad input for createrun; the message names the file and the line or option."""
+    """Bad input for createrun; the message names the file and the line or option.
+
+    `field` names the input at fault (dataset, window, scraper_version, add, manifest) and
+    `problems` the first MAX_REPORTED_ERRORS bad lines, so a form can show each beside its
+    field; the message stays the command line's.
+    """
+
+    def __init__(
+        self, message: str, *, field: str = "manifest", problems: list[str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problems = list(problems or [])
 
 
 @dataclass(slots=True)
@@ -73,6 +85,9 @@ class Manifest:
     duplicate_examples: list[Duplicate] = field(default_factory=list)
 
 
+FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text"}
+
+
 @dataclass
 class CreateRunResult:
     run: Any
@@ -81,10 +96,33 @@ class CreateRunResult:
     already_present: int  # --add: task keys the run already had
     manifest: Manifest
 
+    def summary(self) -> list[str]:
+        """What createrun prints before the run id (the dashboard shows the same lines)."""
+        run, m = self.run, self.manifest
+        verb = "created" if self.created else "extended"
+        line = (
+            f"run {run.pk} {run.dataset.name}@{run.window} {verb}: {self.tasks_added} task(s) "
+            f"added from {m.lines_read} {FORMAT_NAMES[m.format]} line(s), "
+            f"manifest sha256 {m.sha256[:12]}"
+        )
+        if self.already_present:
+            line += f", {self.already_present} already in the run"
+        lines = [line]
+        if m.duplicates:
+            examples = "; ".join(
+                f"line {d.line} repeats line {d.first_line} ({d.url} [{d.page_type}])"
+                for d in m.duplicate_examples
+            )
+            lines.append(f"{m.duplicates} duplicate URL(s) collapsed: {examples}")
+        return lines
+
 
 def check_window(window: str) -> str:
     if not isinstance(window, str) or not WINDOW_RE.match(window):
-        raise ManifestError(f"--window {window!r}: use 1 to 64 characters from A-Z a-z 0-9 . _ : -")
+        raise ManifestError(
+            f"--window {window!r}: use 1 to 64 characters from A-Z a-z 0-9 . _ : -",
+            field="window",
+        )
     return window
 
 
@@ -181,19 +219,31 @@ def _text(value: Any, column: str) -> str:
     return value.strip()
 
 
-def parse(path: str | Path, *, dataset_name: str, spec: dict[str, Any], window: str) -> Manifest:
-    """Read and check a whole manifest; raises ManifestError listing the bad lines."""
+def parse(
+    path: str | Path,
+    *,
+    dataset_name: str,
+    spec: dict[str, Any],
+    window: str,
+    name: str | None = None,
+) -> Manifest:
+    """Read and check a whole manifest; raises ManifestError listing the bad lines.
+
+    `name` is what messages call the file and what its format is guessed from (an upload's
+    own file name, while `path` is where the upload was spooled); by default the path.
+    """
     path = Path(path)
+    label = Path(name) if name else path
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot read manifest ({exc.strerror or exc})") from None
+        raise ManifestError(f"{label}: cannot read manifest ({exc.strerror or exc})") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"{path}: not UTF-8 (byte offset {exc.start})") from None
+        raise ManifestError(f"{label}: not UTF-8 (byte offset {exc.start})") from None
 
-    fmt = detect_format(path, text)
+    fmt = detect_format(label, text)
     page_types = spec.get("page_types") or {}
     default_pt = spec.get("default_page_type") or next(iter(page_types), "page")
     rule = (spec.get("partition") or {}).get("rule", "host")
@@ -267,10 +317,11 @@ def parse(path: str | Path, *, dataset_name: str, spec: dict[str, Any], window: 
     if error_count:
         more = f" (and {error_count - len(errors)} more)" if error_count > len(errors) else ""
         raise ManifestError(
-            f"{path}: {error_count} bad line(s), nothing written: " + "; ".join(errors) + more
+            f"{label}: {error_count} bad line(s), nothing written: " + "; ".join(errors) + more,
+            problems=errors + ([more.strip(" ()")] if more else []),
         )
     if not entries:
-        raise ManifestError(f"{path}: the manifest has no URLs")
+        raise ManifestError(f"{label}: the manifest has no URLs")
     return Manifest(
         format=fmt,
         sha256=hashlib.sha256(data).hexdigest(),
@@ -290,11 +341,13 @@ def create_run(
     scraper_version: str | None = None,
     actor: str = "system",
     on_progress: Callable[[int, int], None] | None = None,
+    name: str | None = None,
 ) -> CreateRunResult:
     """Freeze a manifest into a new run (or, with add=True, add its new task keys to the run).
 
     Raises ManifestError on bad input, before any write. `on_progress(done, total)` is called
-    as the parsed entries are written (a terminal progress bar for big manifests).
+    as the parsed entries are written (a terminal progress bar for big manifests). `name`: what
+    messages call the manifest (an upload's file name; by default its path).
     """
     from recovery import audit
     from recovery.models import Dataset, Run
@@ -303,24 +356,26 @@ def create_run(
 
     check_window(window)
     if scraper_version is not None and not (0 < len(scraper_version) <= 64):
-        raise ManifestError("--scraper-version: 1 to 64 characters")
+        raise ManifestError("--scraper-version: 1 to 64 characters", field="scraper_version")
     dataset = Dataset.objects.filter(name=dataset_name).first()
     if dataset is None:
         known = ", ".join(Dataset.objects.order_by("name").values_list("name", flat=True)[:20])
         raise ManifestError(
-            f"unknown dataset {dataset_name!r} (known: {known or 'none; run loaddataset first'})"
+            f"unknown dataset {dataset_name!r} (known: {known or 'none; run loaddataset first'})",
+            field="dataset",
         )
     existing = Run.objects.filter(dataset=dataset, window=window).first()
     if existing is not None and not add:
         raise ManifestError(
             f"run {existing.pk} already exists for {dataset_name}@{window}: its manifest is "
-            "frozen; use --add to add new URLs to it, or choose another window"
+            "frozen; use --add to add new URLs to it, or choose another window",
+            field="window",
         )
     if existing is not None:
         _check_addable(existing, scraper_version)
 
     spec = dataset.spec or {}
-    manifest = parse(manifest_path, dataset_name=dataset.name, spec=spec, window=window)
+    manifest = parse(manifest_path, dataset_name=dataset.name, spec=spec, window=window, name=name)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -387,12 +442,14 @@ def _check_addable(run, scraper_version: str | None) -> None:
     if run.acceptance_state in AVAILABLE:
         raise ManifestError(
             f"run {run.pk} is {run.acceptance_state}: its dataset is fixed; "
-            "use a new window or a recovery batch"
+            "use a new window or a recovery batch",
+            field="add",
         )
     if scraper_version is not None and scraper_version != run.scraper_version:
         raise ManifestError(
             f"--scraper-version {scraper_version!r}: run {run.pk} was created with "
-            f"{run.scraper_version!r}; a version applies to a whole run"
+            f"{run.scraper_version!r}; a version applies to a whole run",
+            field="scraper_version",
         )
 
 

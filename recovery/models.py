@@ -73,6 +73,7 @@ class Run(models.Model):
             ("retry_delivery", "Retry and look up outbox deliveries"),
             ("export_dataset", "View and download accepted datasets"),
             ("view_audit", "View the audit log"),
+            ("upload_dataset", "Upload dataset specs and manifests (create runs)"),
         ]
 
     def __str__(self) -> str:

@@ -319,6 +319,12 @@ if not SALVAGE_HEARTBEAT_SECONDS < SALVAGE_WORKER_ALIVE_SECONDS < SALVAGE_WORKER
         "need SALVAGE_HEARTBEAT_SECONDS < SALVAGE_WORKER_ALIVE_SECONDS < "
         "SALVAGE_WORKER_GONE_SECONDS (a live worker must never look stale)"
     )
+# Dashboard uploads (dashboard.uploads): the largest spec and manifest an admin may upload;
+# bigger manifests go through `manage.py createrun`.
+SALVAGE_SPEC_UPLOAD_MAX_BYTES = env_int("SALVAGE_SPEC_UPLOAD_MAX_BYTES", 1_000_000, minimum=1024)
+SALVAGE_MANIFEST_UPLOAD_MAX_BYTES = env_int(
+    "SALVAGE_MANIFEST_UPLOAD_MAX_BYTES", 100_000_000, minimum=1024
+)
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 

@@ -81,6 +81,12 @@ def parse_file(path: str | Path) -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return parse_bytes(data, path)
+
+
+def parse_bytes(data: bytes, path: str | Path) -> dict[str, Any]:
+    """A spec's bytes into a raw dict; `path` names it in messages and gives its format."""
+    path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".toml", ".json"):
         raise SpecError(f"{path}: unknown spec format {suffix or '(none)'!r} (use .toml or .json)")
@@ -442,17 +448,42 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def check_bytes(data: bytes, name: str | Path) -> dict[str, Any]:
+    """Parse and validate a spec; every SpecError names the file first, as loaddataset says."""
+    raw = parse_bytes(data, name)  # its errors already name the file
+    try:
+        return validate(raw)
+    except SpecError as exc:
+        raise SpecError(f"{name}: {exc}") from None
+
+
+def check_file(path: str | Path) -> dict[str, Any]:
+    """loaddataset's checks on a file (the same as an upload's, named by the path)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return check_bytes(data, path)
+
+
+def upload(data: bytes, name: str, actor: str) -> tuple[Any, str]:
+    """An admin's upload (the dashboard): loaddataset's checks, then save as `actor`."""
+    return save_dataset(check_bytes(data, name), actor=actor)
+
+
 def spec_sha256(spec: dict[str, Any]) -> str:
     """Hash of the normalised spec, so the same spec in TOML or JSON has one hash."""
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def save_dataset(spec: dict[str, Any]) -> tuple[Any, str]:
+def save_dataset(spec: dict[str, Any], *, actor: str = "system") -> tuple[Any, str]:
     """Create or update the Dataset named in a normalised spec.
 
     Returns (dataset, "created" | "updated" | "unchanged"). Existing runs keep their task keys:
-    keys hash the dataset *name*, which a reload cannot change.
+    keys hash the dataset *name*, which a reload cannot change. The audit entry keeps the whole
+    normalised spec (it holds no credential: validate refuses them), so each version stays
+    readable in the dataset's history.
     """
     from recovery import audit
     from recovery.models import Dataset
@@ -482,10 +513,11 @@ def save_dataset(spec: dict[str, Any]) -> tuple[Any, str]:
             outcome = "updated"
         if outcome != "unchanged":
             audit.record(
-                "system",
+                actor,
                 f"dataset_{outcome}",
                 dataset,
                 spec_sha256=digest,
+                spec=spec,
                 **({"previous_sha256": previous} if outcome == "updated" else {}),
             )
     return dataset, outcome

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import get_resolver, reverse
 
 from recovery.models import (
     Attempt,
     AuditEntry,
+    Dataset,
     OutboxEvent,
     RecoveryBatch,
     RemoteJob,
@@ -30,6 +32,7 @@ from recovery.models import (
 from tests.browser.browser_fixtures import screenshot_attempt
 from tests.browser.world import XSS_SCRIPT, XSS_URL, World, make_users, make_world
 from tests.demo_factories import make_demo_candidate
+from tests.uploads import SHOP_SPEC
 
 ROLES = ("operator", "admin", "exporter", "nobody")
 VIEWERS = {"operator", "admin"}
@@ -45,9 +48,12 @@ class Page:
 @dataclass
 class Post:
     kwargs: Callable[[World], dict]
-    data: dict
+    data: dict | Callable[[], dict]  # a callable makes fresh upload files for each request
     allowed: set[str]
     happened: Callable[[World], bool]
+
+    def body(self) -> dict:
+        return self.data() if callable(self.data) else self.data
 
 
 PAGES: dict[str, Page] = {
@@ -72,6 +78,8 @@ PAGES: dict[str, Page] = {
         lambda w: {"run_id": w.accepted.pk, "fmt": "csv"}, allowed={"exporter"}
     ),
     "dashboard:audit": Page(allowed={"admin"}),
+    "dashboard:datasets": Page(),
+    "dashboard:dataset": Page(lambda w: {"name": w.run.dataset.name}),
     "dashboard:demo": Page(allowed={"operator", "admin", "exporter"}),
     "dashboard:glossary": Page(),
     # Confirmation pages: a GET (or an unconfirmed POST) shows the consequences, changes nothing.
@@ -163,6 +171,21 @@ POSTS: dict[str, Post] = {
     "dashboard:demo_load_spec": Post(
         lambda w: {}, {}, {"admin"}, _audited("demo_load_repaired_spec")
     ),
+    "dashboard:dataset_upload": Post(
+        lambda w: {},
+        lambda: {"spec": SimpleUploadedFile("shop.toml", SHOP_SPEC.read_bytes())},
+        {"admin"},
+        lambda w: Dataset.objects.exclude(spec_sha256="0" * 64).filter(name="shop").exists(),
+    ),
+    "dashboard:run_create": Post(
+        lambda w: {"name": w.run.dataset.name},
+        lambda: {
+            "window": "2026-12-24",
+            "manifest": SimpleUploadedFile("m.csv", b"url\nhttp://alpha.test/item/99\n"),
+        },
+        {"admin"},
+        lambda w: Run.objects.filter(window="2026-12-24").exists(),
+    ),
 }
 
 
@@ -184,6 +207,7 @@ def snapshot() -> dict:
             OutboxEvent.objects.order_by("pk").values_list("pk", "state", "next_attempt_at")
         ),
         "tasks": list(Task.objects.order_by("pk").values_list("pk", "state")),
+        "datasets": list(Dataset.objects.order_by("pk").values_list("pk", "spec_sha256")),
     }
 
 
@@ -232,7 +256,7 @@ def test_it_shows_pages_only_to_their_roles(world, name, role):
 def test_it_sends_anonymous_posts_to_login_and_changes_nothing(world, name):
     post = POSTS[name]
     before = snapshot()
-    response = _client(world, None).post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    response = _client(world, None).post(reverse(name, kwargs=post.kwargs(world)), post.body())
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
     assert snapshot() == before
@@ -245,7 +269,7 @@ def test_it_sends_anonymous_posts_to_login_and_changes_nothing(world, name):
 def test_it_refuses_forged_posts_and_changes_nothing(world, name, role):
     post = POSTS[name]
     before = snapshot()
-    response = _client(world, role).post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    response = _client(world, role).post(reverse(name, kwargs=post.kwargs(world)), post.body())
     assert response.status_code == 403
     assert snapshot() == before
     assert not post.happened(world)
@@ -257,7 +281,7 @@ def test_it_performs_posts_with_permission(world, name):
     role = sorted(post.allowed)[0]
     assert not post.happened(world)
     response = _client(world, role).post(
-        reverse(name, kwargs=post.kwargs(world)), post.data, follow=True
+        reverse(name, kwargs=post.kwargs(world)), post.body(), follow=True
     )
     assert response.status_code == 200
     errors = [str(m) for m in response.context["messages"] if m.level_tag == "error"]
@@ -271,7 +295,7 @@ def test_it_refuses_posts_without_a_csrf_token(world, name):
     role = sorted(post.allowed)[0]
     before = snapshot()
     client = _client(world, role, enforce_csrf_checks=True)
-    response = client.post(reverse(name, kwargs=post.kwargs(world)), post.data)
+    response = client.post(reverse(name, kwargs=post.kwargs(world)), post.body())
     assert response.status_code == 403
     assert snapshot() == before
 

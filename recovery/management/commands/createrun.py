@@ -10,8 +10,6 @@ from django.core.management.base import BaseCommand, CommandError
 from recovery import manifests
 from recovery.progress import Progress
 
-FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text"}
-
 
 class Command(BaseCommand):
     help = "Freeze a manifest (CSV, JSONL or one URL a line) into a run and its tasks."
@@ -53,20 +51,6 @@ class Command(BaseCommand):
         finally:
             for bar in bars:
                 bar.close()
-        run, m = result.run, result.manifest
-        verb = "created" if result.created else "extended"
-        line = (
-            f"run {run.pk} {run.dataset.name}@{run.window} {verb}: {result.tasks_added} task(s) "
-            f"added from {m.lines_read} {FORMAT_NAMES[m.format]} line(s), "
-            f"manifest sha256 {m.sha256[:12]}"
-        )
-        if result.already_present:
-            line += f", {result.already_present} already in the run"
-        self.stdout.write(line)
-        if m.duplicates:
-            examples = "; ".join(
-                f"line {d.line} repeats line {d.first_line} ({d.url} [{d.page_type}])"
-                for d in m.duplicate_examples
-            )
-            self.stdout.write(f"{m.duplicates} duplicate URL(s) collapsed: {examples}")
-        self.stdout.write(str(run.pk))
+        for line in result.summary():
+            self.stdout.write(line)
+        self.stdout.write(str(result.run.pk))

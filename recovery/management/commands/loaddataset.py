@@ -16,12 +16,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         path = options["spec"]
         try:
-            raw = specs.parse_file(path)  # its errors already name the file
+            spec = specs.check_file(path)  # the dashboard's upload runs the same checks
         except specs.SpecError as exc:
             raise CommandError(str(exc), returncode=2) from None
-        try:
-            spec = specs.validate(raw)
-        except specs.SpecError as exc:
-            raise CommandError(f"{path}: {exc}", returncode=2) from None
         dataset, outcome = specs.save_dataset(spec)
         self.stdout.write(f"dataset {dataset.name} {outcome} (spec {dataset.spec_sha256[:12]})")
