@@ -5,6 +5,7 @@
   the direct provider sees an empty shell and the browser provider sees the product.
 - `/js/listing`: the first LISTING_STEP product links and a "Load more" button that appends
   the next ones from `/js/api/listing?offset=k`, up to LISTING_SIZE links.
+- `/js/feed`: the same links, the next ones appended whenever the page is scrolled to the end.
 - `/js/probe?host=H&port=P`: a rendered product whose script also tries to reach
   `http://H:P/` (fetch, an <img>, a WebSocket): outbound safety must refuse all three.
 - `/js/redirect?host=H&port=P`: a redirect to `http://H:P/doc`.
@@ -94,6 +95,36 @@ button.id = 'load-more';
 button.textContent = 'Load more';
 button.addEventListener('click', more);
 main.appendChild(button);
+more();
+"""
+
+_FEED_SCRIPT = """
+const main = document.getElementById('app');
+const list = document.createElement('ul');
+list.className = 'listing';
+main.appendChild(list);
+let offset = 0, busy = false;
+function more() {
+  if (busy || offset === null) return;
+  busy = true;
+  fetch('/js/api/listing?offset=' + offset).then(r => r.json()).then(page => {
+    for (const i of page.items) {
+      const li = document.createElement('li');
+      li.style.height = '120px';
+      const a = document.createElement('a');
+      a.className = 'product-link';
+      a.href = '/js/product/' + i;
+      a.textContent = 'Product ' + i;
+      li.appendChild(a);
+      list.appendChild(li);
+    }
+    offset = page.next;
+    busy = false;
+  });
+}
+window.addEventListener('scroll', () => {
+  if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 50) more();
+});
 more();
 """
 
@@ -187,6 +218,9 @@ def make_app(pages: int = 1000, seed: int = 0) -> web.Application:
         items = list(range(offset + 1, end + 1))
         return web.json_response({"items": items, "next": end if end < LISTING_SIZE else None})
 
+    async def feed(request: web.Request) -> web.Response:
+        return _shell("Feed", _FEED_SCRIPT)
+
     async def probe(request: web.Request) -> web.Response:
         script = _PRODUCT_SCRIPT.format(api=json.dumps("/js/api/product/1"))
         script += _PROBE_SCRIPT.format(target=json.dumps(_target(request)))
@@ -213,6 +247,7 @@ def make_app(pages: int = 1000, seed: int = 0) -> web.Application:
     app.router.add_get("/api/product/{i}", product_api)
     app.router.add_get("/listing", listing)
     app.router.add_get("/api/listing", listing_api)
+    app.router.add_get("/feed", feed)
     app.router.add_get("/probe", probe)
     app.router.add_get("/redirect", redirect)
     app.router.add_get("/never", never)

@@ -77,6 +77,22 @@ def test_it_clicks_load_more_within_its_bound(sandbox):  # noqa: F811
     assert len(bounded.discovered) == 2 * jsshop.LISTING_STEP
 
 
+def test_it_scrolls_an_endless_feed_within_its_bound(sandbox):  # noqa: F811
+    def links(steps: int) -> int:
+        (outcome,) = render(
+            [sandbox.url("/js/feed")],
+            page_type="listing",
+            wait_for="a.product-link",
+            scroll_steps=steps,
+            viewport_height=400,
+        )
+        assert outcome.ok, outcome.error_detail
+        return len(outcome.discovered)
+
+    assert links(1) == 2 * jsshop.LISTING_STEP
+    assert links(10) == jsshop.LISTING_SIZE  # stops when the page no longer grows
+
+
 def test_scripts_images_and_websockets_never_reach_a_forbidden_address(sandbox, listener):  # noqa: F811
     probe = f"/js/probe?host={listener.host}&port={listener.port}"
     (outcome,) = render([sandbox.url(probe)], block=[])
