@@ -261,7 +261,8 @@ class RunFigures:
         reasons = []
         if self.awaiting_decision:
             n = self.awaiting_decision
-            reasons.append(f"blocked: {n} task{'s' if n != 1 else ''} await a reconcile decision")
+            tasks = f"{n} tasks await" if n != 1 else "1 task awaits"
+            reasons.append(f"blocked: {tasks} a reconcile decision")
         if not self.workers_alive:
             reasons.append("no worker alive")
         return reasons

@@ -340,6 +340,8 @@ def test_it_shows_the_glossary_and_the_same_words_as_tooltips():
         assert f'title="{escape(figures.definition(key))}"' in html, key
         assert f'title="{escape(figures.definition(key))}"' in runs_page, key
     assert 'href="/glossary/"' in html  # the nav links to it
+    # The world's remote job awaits a decision and holds its task: that run says why it waits.
+    assert "blocked: 1 task awaits a reconcile decision" in runs_page
 
 
 def test_it_shows_no_next_attempt_on_a_finished_task():
