@@ -131,23 +131,34 @@ def workers_alive(now: datetime | None = None) -> int:
 
 
 def _activity(run_ids: list[int], now: datetime) -> dict[int, dict[datetime, int]]:
-    """{run: {minute: tasks settled in it}} for every whole minute of the horizon in which an
-    attempt of the run finished (settled or not: a retry is activity too)."""
+    """{run: {minute: tasks settled in it}} for the whole minutes of the horizon in which an
+    attempt of the run finished (settled or not: a retry is activity too).
+
+    A busy run finds its RATE_MINUTES active minutes in the newest RATE_MINUTES minutes, so the
+    hour is read only for runs that were idle lately: the (run, finished_at, outcome) index
+    range stays as short as the figure needs.
+    """
     end = now.replace(second=0, microsecond=0)
+    recent = end - timedelta(minutes=RATE_MINUTES)
+    activity: dict[int, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    _tally(activity, run_ids, recent, end)
+    sparse = [pk for pk in run_ids if len(activity.get(pk, ())) < RATE_MINUTES]
+    if sparse:
+        _tally(activity, sparse, end - RATE_HORIZON, recent)
+    return activity
+
+
+def _tally(activity, run_ids: list[int], start: datetime, end: datetime) -> None:
     rows = (
-        Attempt.objects.filter(
-            run_id__in=run_ids, finished_at__gte=end - RATE_HORIZON, finished_at__lt=end
-        )
+        Attempt.objects.filter(run_id__in=run_ids, finished_at__gte=start, finished_at__lt=end)
         .annotate(minute=TruncMinute("finished_at"))
         .values("run_id", "minute", "outcome")
         .annotate(n=Count("pk"))
         .order_by()
     )
-    activity: dict[int, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
     for row in rows:
         settled = row["n"] if row["outcome"] in SETTLED_OUTCOMES else 0
         activity[row["run_id"]][row["minute"]] += settled
-    return activity
 
 
 def throughput(minutes: dict[datetime, int]) -> float | None:
