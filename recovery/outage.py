@@ -35,7 +35,15 @@ T = TypeVar("T")
 # "connection refused", "server closed the connection unexpectedly", "the connection is
 # closed"). SQLite's "database is locked" is an OperationalError too; a lock is no outage, but
 # waiting and retrying is the right answer to it as well.
-DATABASE_ERRORS = (OperationalError, InterfaceError)
+DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+try:
+    import psycopg
+except ImportError:  # SQLite-only installs
+    pass
+else:
+    # The hot paths (the claim, COPY, named cursors) use psycopg's cursor directly, whose
+    # errors Django does not wrap.
+    DATABASE_ERRORS = (*DATABASE_ERRORS, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class DatabaseOutage(RuntimeError):
@@ -63,6 +71,7 @@ class OutageGuard:
         cap: float | None = None,
         base: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.stop = stop or threading.Event()
@@ -70,8 +79,8 @@ class OutageGuard:
         self.cap = float(settings.SALVAGE_DB_RETRY_CAP if cap is None else cap)
         self.base = base
         self.clock = clock
+        self.probe = probe or probe_database
         self.down_since: float | None = None
-        self.failures = 0
         self.outages = 0  # how many times the database went away (for tests and logs)
 
     @property
@@ -79,44 +88,57 @@ class OutageGuard:
         return self.down_since is not None
 
     def step(self, fn: Callable[[], T]) -> T | None:
-        """fn(), or None after waiting out a database failure (the loop then tries again)."""
+        """fn(), or None after waiting out a database failure until the database answers
+        again (or a stop is requested); the loop then simply goes on."""
         try:
-            result = fn()
+            return fn()
         except DATABASE_ERRORS as exc:
-            self._failed(exc)
+            self.wait_out(exc)
             return None
-        if self.down_since is not None:
-            seconds = self.clock() - self.down_since
-            log.warning("%s: database available again after %.0f s; resuming", self.name, seconds)
-            self.down_since, self.failures = None, 0
-        return result
 
-    def _failed(self, exc: BaseException) -> None:
+    def wait_out(self, exc: BaseException) -> None:
+        """Back off and probe until the database answers; DatabaseOutage past the limit."""
         close_connections()
-        now = self.clock()
-        if self.down_since is None:
-            self.down_since = now
-            self.outages += 1
-        self.failures += 1
-        down_for = now - self.down_since
-        if down_for >= self.limit:
-            raise DatabaseOutage(
-                f"{self.name}: database unavailable for {down_for:.0f} s, over the "
-                f"{self.limit:g} s limit (SALVAGE_DB_OUTAGE_LIMIT); exiting: {_short(exc)}"
-            ) from None
-        delay = min(self.cap, self.base * 2 ** (self.failures - 1))
-        delay = min(delay, self.limit - down_for)
-        if self.failures == 1:
+        self.down_since = self.clock()
+        self.outages += 1
+        failures = 0
+        log.warning(
+            "%s: database unavailable (%s); retrying with backoff up to %g s, giving up after %g s",
+            self.name,
+            _short(exc),
+            self.cap,
+            self.limit,
+        )
+        while True:
+            failures += 1
+            down_for = self.clock() - self.down_since
+            if down_for >= self.limit:
+                raise DatabaseOutage(
+                    f"{self.name}: database unavailable for {down_for:.0f} s, over the "
+                    f"{self.limit:g} s limit (SALVAGE_DB_OUTAGE_LIMIT); exiting: {_short(exc)}"
+                ) from None
+            delay = min(self.cap, self.base * 2 ** (failures - 1), self.limit - down_for)
+            # Full jitter: processes that lost the database together do not return in step.
+            if self.stop.wait(random.uniform(delay / 2, delay)):
+                return  # SIGTERM: the loop exits; nothing is half-done
+            try:
+                self.probe()
+            except DATABASE_ERRORS as again:
+                close_connections()
+                exc = again
+                continue
             log.warning(
-                "%s: database unavailable (%s); retrying with backoff up to %g s, giving up "
-                "after %g s",
+                "%s: database available again after %.0f s; resuming",
                 self.name,
-                _short(exc),
-                self.cap,
-                self.limit,
+                self.clock() - self.down_since,
             )
-        # Full jitter: many processes losing the database together do not return in step.
-        self.stop.wait(random.uniform(delay / 2, delay))
+            self.down_since = None
+            return
+
+
+def probe_database() -> None:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT 1")
 
 
 def _short(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from recovery import acceptance
 from recovery.models import OutboxEvent
 from recovery.processes import Supervisor, manage_py, wait_until
 from tests.acceptance_factories import make_collected_run
+from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
 from tests.worker.engine_procs import child_env
 
 pytestmark = [
@@ -92,7 +93,7 @@ def test_deliver_rides_out_an_outage_and_resumes_by_itself(postgres_only, tmp_pa
     assert deliver.popen.returncode == 0  # stopped by SIGTERM, cleanly
 
 
-def test_deliver_exits_1_with_one_line_past_the_limit(postgres_only, tmp_path):
+def test_deliver_and_work_exit_1_with_one_line_past_the_limit(postgres_only, tmp_path):
     env = child_env(
         SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
         SALVAGE_OUTBOX_WAKE="0",
@@ -101,12 +102,70 @@ def test_deliver_exits_1_with_one_line_past_the_limit(postgres_only, tmp_path):
     )
     with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
         deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
+        work = supervisor.start("work", manage_py("work"), env=env)
         first = accepted_event()
         wait_until(lambda: delivered(first), timeout=60, what="the first delivery")
         with database_outage():
-            wait_until(lambda: not deliver.alive(), timeout=30, what="deliver giving up")
-    assert deliver.popen.returncode == 1
-    log = deliver.log_path.read_text()
-    last = log.strip().splitlines()[-1]
-    assert "over the 3 s limit (SALVAGE_DB_OUTAGE_LIMIT)" in last, log
-    assert "Traceback" not in log, log
+            for proc in (deliver, work):
+                wait_until(lambda p=proc: not p.alive(), timeout=30, what=f"{proc.name} giving up")
+    for proc in (deliver, work):
+        assert proc.popen.returncode == 1
+        log = proc.log_path.read_text()
+        last = log.strip().splitlines()[-1]
+        assert f"{proc.name}: database unavailable for" in last, log
+        assert "over the 3 s limit (SALVAGE_DB_OUTAGE_LIMIT)" in last, log
+        assert "Traceback" not in log, log
+
+
+def committed(run_id: int) -> int:
+    from recovery.models import Task
+
+    return Task.objects.filter(run_id=run_id, state="committed").count()
+
+
+def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
+    postgres_only,
+    make_sandbox,  # noqa: F811
+    tmp_path,
+):
+    from tests.direct_fixtures import create_run, load_shop
+    from tests.worker.engine_procs import all_terminal, assert_each_task_done_once
+
+    pages = 400
+    shop = make_sandbox(pages=pages, faults="none", seed=3)
+    load_shop("outage")
+    run = create_run(
+        "outage", [(shop.product_url(i), "product") for i in range(1, pages + 1)], tmp_path
+    )
+    env = child_env(
+        SALVAGE_DB_RETRY_CAP="1",
+        SALVAGE_HEARTBEAT_SECONDS="1",
+        SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
+        SALVAGE_OUTBOX_WAKE="0",
+    )
+    with Supervisor(grace=30, log_dir=tmp_path / "logs") as supervisor:
+        workers = [
+            supervisor.start(
+                f"work-{n}",
+                manage_py("work", "--batch", "5", "--concurrency", "2"),
+                env=env,
+            )
+            for n in (1, 2)
+        ]
+        deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
+        wait_until(lambda: committed(run.pk) >= 40, timeout=120, what="work under way")
+        with database_outage():
+            before = committed(run.pk)
+            time.sleep(5)
+            assert all(p.alive() for p in [*workers, deliver])
+            assert committed(run.pk) == before  # nothing could commit meanwhile
+        assert before < pages, "the run finished before the outage: make it longer"
+        wait_until(lambda: all_terminal(run.pk), timeout=300, what="the run after the outage")
+        assert all(p.alive() for p in [*workers, deliver])
+    assert_each_task_done_once(run.pk, pages)
+    for proc, kind in [*((w, "work") for w in workers), (deliver, "deliver")]:
+        log = proc.log_path.read_text()
+        assert proc.popen.returncode == 0, log[-3000:]
+        assert log.count(f"{kind}: database unavailable") == 1, log[-3000:]
+        assert log.count(f"{kind}: database available again") == 1, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]

@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, progress, worker
+from recovery import liveness, outage, progress, worker
 
 
 class Command(BaseCommand):
@@ -45,18 +45,37 @@ class Command(BaseCommand):
         worker_id = options["worker_id"] or worker.new_worker_id()
         progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
         heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
+        # A database restart ends the loop with a connection error: wait it out (one log line
+        # each way, capped backoff) and run the loop again; the step that failed was rolled
+        # back and its leases expire as usual. Past SALVAGE_DB_OUTAGE_LIMIT: exit 1, one line.
+        guard = outage.OutageGuard("work", stop=stop)
+        stats = worker.LoopStats()
         try:
-            stats = worker.run_forever(
-                worker_id,
-                batch_size=options["batch"],
-                concurrency=options["concurrency"],
-                until_idle=options["until_idle"],
-                idle_wait=options["idle_wait"],
-                stop=stop,
-            )
+            while not stop.is_set():
+                part = guard.step(
+                    lambda: worker.run_forever(
+                        worker_id,
+                        batch_size=options["batch"],
+                        concurrency=options["concurrency"],
+                        until_idle=options["until_idle"],
+                        idle_wait=options["idle_wait"],
+                        stop=stop,
+                    )
+                )
+                if part is not None:
+                    stats = add_stats(stats, part)
+                    break
+        except outage.DatabaseOutage as exc:
+            raise CommandError(str(exc), returncode=1) from None
         finally:
             heartbeat.stop()
         self.stdout.write(
             f"worker {worker_id}: {stats.batches} batches, {stats.tasks} tasks claimed, "
             f"{stats.committed} committed, {stats.lost} lost leases"
         )
+
+
+def add_stats(a: worker.LoopStats, b: worker.LoopStats) -> worker.LoopStats:
+    return worker.LoopStats(
+        a.batches + b.batches, a.tasks + b.tasks, a.committed + b.committed, a.lost + b.lost
+    )
