@@ -18,6 +18,7 @@ STATE_COLOURS = {
     "quarantined": "#b42318",
     "dead": "#7a271a",
     "retry_wait": "#b54708",
+    "remote": "#6941c6",  # held by a provider job
     "leased": "#2456a6",
     "pending": "#d0d5dd",
 }

@@ -37,7 +37,7 @@ from django.utils.dateparse import parse_datetime
 from recovery import corrections, counters, failures, faults, keys
 from recovery.failures import Action
 from recovery.providers.base import ErrorClass, Outcome, TaskInput
-from recovery.states.task import TaskState
+from recovery.states.task import CLAIMABLE_ORDER, TaskState, sql_list
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,10 @@ _SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 # carry microseconds, and a task made due "now" must not wait for the next millisecond.
 _SQLITE_DUE = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '999')"
 
-CLAIMABLE_SQL = "('pending', 'retry_wait', 'leased')"
+CLAIMABLE_SQL = sql_list(CLAIMABLE_ORDER)
+# 'leased' and 'pending' as SQL literals, spelled once (recovery.states.task).
+_LEASED = sql_list([TaskState.LEASED])[1:-1]
+_PENDING = sql_list([TaskState.PENDING])[1:-1]
 _CHUNK = 500  # rows per multi-row INSERT (far below both databases' parameter limits)
 
 
@@ -243,7 +246,7 @@ def _claim_sqlite(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         )
         until = _plus_seconds_sql(lease_expr)
         cursor.execute(
-            f"UPDATE recovery_task SET state = 'leased', lease_owner = %s, "
+            f"UPDATE recovery_task SET state = {_LEASED}, lease_owner = %s, "
             f"lease_until = {until}, next_attempt_at = {until}, "
             f"lease_token = lease_token + 1, attempt_count = attempt_count + 1, "
             f"first_attempt_at = COALESCE(first_attempt_at, {_SQLITE_NOW}), "
@@ -336,7 +339,7 @@ def heartbeat(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:
                 "next_attempt_at = statement_timestamp() + make_interval(secs => h.secs) "
                 "FROM unnest(%s::bigint[], %s::bigint[], %s::integer[]) AS h(id, token, secs) "
                 "WHERE t.id = h.id AND t.lease_token = h.token AND t.lease_owner = %s "
-                "AND t.state = 'leased' RETURNING t.id",
+                f"AND t.state = {_LEASED} RETURNING t.id",
                 [
                     [c.task_id for c in claimed],
                     [c.lease_token for c in claimed],
@@ -358,7 +361,7 @@ def _heartbeat_sqlite(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:
             until = _plus_seconds_sql("%s")
             cursor.execute(
                 f"UPDATE recovery_task SET lease_until = {until}, next_attempt_at = {until} "
-                "WHERE id = %s AND lease_token = %s AND lease_owner = %s AND state = 'leased' "
+                f"WHERE id = %s AND lease_token = %s AND lease_owner = %s AND state = {_LEASED} "
                 "RETURNING id",
                 [c.lease_seconds, c.lease_seconds, c.task_id, c.lease_token, worker_id],
             )
@@ -437,6 +440,42 @@ class CommitSummary:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds the tasks a commit moves, besides each task's own lease_token.
+
+    A worker's lease (state leased, lease_owner = the worker) by default; a provider job's
+    import (state remote, remote_job = the job); or a re-synchronisation of a completed job
+    (Continue): the tasks are already committed and only their data may change, fenced by
+    the token their job held (a task claimed or reset since then has another).
+    """
+
+    source: str = TaskState.LEASED
+    remote_job: int | None = None
+
+    @classmethod
+    def job(cls, job_pk: int) -> Holder:
+        return cls(TaskState.REMOTE, job_pk)
+
+    @classmethod
+    def resync(cls, job_pk: int) -> Holder:
+        return cls(TaskState.COMMITTED, job_pk)
+
+    def sql(self, table: str, worker_id: str) -> tuple[str, list[Any]]:
+        """The holder's part of the fence's WHERE clause, and its parameters."""
+        if self.source == TaskState.LEASED:
+            return f"{table}.state = %s AND {table}.lease_owner = %s", [self.source, worker_id]
+        if self.source == TaskState.REMOTE:
+            return f"{table}.state = %s AND {table}.remote_job_id = %s", [
+                self.source,
+                self.remote_job,
+            ]
+        return f"{table}.state = %s", [self.source]
+
+
+WORKER = Holder()
+
+
 def plan_outcome(
     claimed: Claimed,
     outcome: Outcome,
@@ -507,10 +546,11 @@ def _values_sql(n_rows: int, casts: Sequence[str]) -> str:
     return ", ".join([one] * n_rows)
 
 
-def _fence(cursor, worker_id: str, plans: list[_Plan]) -> set[int]:
+def _fence(cursor, worker_id: str, plans: list[_Plan], holder: Holder = WORKER) -> set[int]:
     """The fenced UPDATE for every task of the batch, first, so a stale worker writes nothing.
 
-    Each row matches only while state = leased, owner = us and lease_token = our token.
+    Each row matches only while its holder still holds it (state = leased and owner = us, or
+    state = remote and the job is ours) and lease_token = our token.
     """
     casts = ("::bigint", "::bigint", "::varchar", "::double precision", "::varchar", "::integer")
     params: list[Any] = []
@@ -529,31 +569,31 @@ def _fence(cursor, worker_id: str, plans: list[_Plan]) -> set[int]:
     now = _now_sql()
     later = _plus_seconds_sql("v.delay")
     values = _values_sql(len(plans), casts)
+    held, held_params = holder.sql("t" if _pg() else "recovery_task", worker_id)
     if _pg():
         sql = (
             f"UPDATE recovery_task AS t SET state = v.state, lease_owner = '', "
-            f"lease_until = NULL, "
+            f"lease_until = NULL, remote_job_id = NULL, "
             f"next_attempt_at = CASE WHEN v.delay IS NULL THEN t.next_attempt_at "
             f"ELSE {later} END, "
             f"last_error_class = v.error_class, last_http_status = v.http_status, "
             f"state_changed_at = {now} "
             f"FROM (VALUES {values}) AS v(id, token, state, delay, error_class, http_status) "
-            f"WHERE t.id = v.id AND t.lease_token = v.token AND t.lease_owner = %s "
-            f"AND t.state = 'leased' RETURNING t.id"
+            f"WHERE t.id = v.id AND t.lease_token = v.token AND {held} RETURNING t.id"
         )
     else:
         sql = (
             f"WITH v(id, token, state, delay, error_class, http_status) AS (VALUES {values}) "
             f"UPDATE recovery_task SET state = v.state, lease_owner = '', lease_until = NULL, "
+            f"remote_job_id = NULL, "
             f"next_attempt_at = CASE WHEN v.delay IS NULL THEN recovery_task.next_attempt_at "
             f"ELSE {later} END, "
             f"last_error_class = v.error_class, last_http_status = v.http_status, "
             f"state_changed_at = {now} "
             f"FROM v WHERE recovery_task.id = v.id AND recovery_task.lease_token = v.token "
-            f"AND recovery_task.lease_owner = %s AND recovery_task.state = 'leased' "
-            f"RETURNING recovery_task.id"
+            f"AND {held} RETURNING recovery_task.id"
         )
-    cursor.execute(sql, [*params, worker_id])
+    cursor.execute(sql, [*params, *held_params])
     return {row[0] for row in cursor.fetchall()}
 
 
@@ -741,11 +781,13 @@ def _insert_children(cursor, plans: list[_Plan], now_param) -> tuple[int, list]:
     return len(inserted), changes
 
 
-def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSummary:
+def _commit(
+    worker_id: str, plans: list[_Plan], finished: datetime, holder: Holder
+) -> CommitSummary:
     summary = CommitSummary()
     now_param = _dt_param(finished)
     with transaction.atomic(), connection.cursor() as cursor:
-        fenced = _fence(cursor, worker_id, plans)
+        fenced = _fence(cursor, worker_id, plans, holder)
         won = [p for p in plans if p.claimed.task_id in fenced]
         lost = [p for p in plans if p.claimed.task_id not in fenced]
         obs_rows = _observation_rows(plans)  # also sets every plan's payload_hash
@@ -776,10 +818,7 @@ def _commit(worker_id: str, plans: list[_Plan], finished: datetime) -> CommitSum
             moves[(p.claimed.run_id, p.claimed.partition, p.state)] += 1
             summary.states[p.state] = summary.states.get(p.state, 0) + 1
         counters.record(
-            [
-                (run_id, part, TaskState.LEASED, state, n)
-                for (run_id, part, state), n in moves.items()
-            ]
+            [(run_id, part, holder.source, state, n) for (run_id, part, state), n in moves.items()]
             + child_changes
         )
         cursor.execute(
@@ -797,8 +836,13 @@ def commit_outcomes(
     outcomes: Sequence[Outcome],
     *,
     rng: random.Random | None = None,
+    holder: Holder = WORKER,
 ) -> CommitSummary:
-    """Commit a batch of outcomes, each task fenced by its own owner + lease token.
+    """Commit a batch of outcomes, each task fenced by its holder + its own lease token.
+
+    Every observation write goes through here, a provider job's import included (`holder`:
+    Holder.job, or Holder.resync for a Continue of a completed job), so a changed value of a
+    published run always becomes a versioned correction (recovery.corrections).
 
     One transaction: the fenced state UPDATE first (so nothing of a stale worker is written),
     then the Attempt rows, the observation upserts, the discovered children and the counter
@@ -813,9 +857,11 @@ def commit_outcomes(
     plans = [
         plan_outcome(c, o, now=finished, rng=rng) for c, o in zip(claimed, outcomes, strict=True)
     ]
+    if holder.source == TaskState.COMMITTED and any(p.state != TaskState.COMMITTED for p in plans):
+        raise ValueError("a re-synchronisation commits only successful outcomes")
     if _pg():
-        return _commit_pg_one_statement(worker_id, plans, finished)
-    return _retry_locked(_commit, worker_id, plans, finished)
+        return _commit_pg_one_statement(worker_id, plans, finished, holder)
+    return _retry_locked(_commit, worker_id, plans, finished, holder)
 
 
 # --- PostgreSQL fast path: one statement per claim, one per commit -----------------------------
@@ -840,7 +886,7 @@ def _pg_cursor():
 _PG_CLAIM = f"""
 WITH u AS (
     UPDATE recovery_task AS t SET
-        state = 'leased',
+        state = {_LEASED},
         lease_owner = %s,
         lease_until = statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
         next_attempt_at =
@@ -868,10 +914,10 @@ WITH u AS (
     INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta)
     SELECT run_id, partition, state, n::integer FROM (
         SELECT run_id, partition, previous_state AS state, -count(*) AS n FROM u
-        WHERE previous_state <> 'leased' GROUP BY run_id, partition, previous_state
+        WHERE previous_state <> {_LEASED} GROUP BY run_id, partition, previous_state
         UNION ALL
-        SELECT run_id, partition, 'leased', count(*) FROM u
-        WHERE previous_state <> 'leased' GROUP BY run_id, partition
+        SELECT run_id, partition, {_LEASED}, count(*) FROM u
+        WHERE previous_state <> {_LEASED} GROUP BY run_id, partition
     ) AS s
     RETURNING 1
 ), taken AS (
@@ -882,7 +928,7 @@ WITH u AS (
     SELECT gen_random_uuid(), id, run_id, recovery_batch_id, lease_token - 1, previous_owner,
         scraper_version, statement_timestamp(), statement_timestamp(), 'lost_lease', '',
         'lease expired without a commit; taken over by ' || lease_owner, ''
-    FROM u WHERE previous_state = 'leased' AND previous_owner <> ''
+    FROM u WHERE previous_state = {_LEASED} AND previous_owner <> ''
     RETURNING 1
 )
 SELECT id, task_key, run_id, url, page_type, partition, depth, navigation, attempt_count,
@@ -960,15 +1006,15 @@ _C_TYPES = (
 _PG_COMMIT = """
 WITH v(id, token, state, delay, error_class, http_status) AS ({v}),
 fenced AS (
-    -- The fence: only while the task is still leased to us under our token.
+    -- The fence: only while the task is still ours (leased to us, or held by our job)
+    -- under our token.
     UPDATE recovery_task AS t SET state = v.state, lease_owner = '', lease_until = NULL,
-        next_attempt_at = CASE WHEN v.delay IS NULL THEN t.next_attempt_at
+        remote_job_id = NULL, next_attempt_at = CASE WHEN v.delay IS NULL THEN t.next_attempt_at
             ELSE statement_timestamp() + make_interval(secs => v.delay) END,
         last_error_class = v.error_class, last_http_status = v.http_status,
         state_changed_at = statement_timestamp()
     FROM v
-    WHERE t.id = v.id AND t.lease_token = v.token AND t.lease_owner = %(worker)s
-        AND t.state = 'leased'
+    WHERE t.id = v.id AND t.lease_token = v.token AND {held}
     RETURNING t.id, t.run_id, t.partition, t.state
 ),
 a(id, task_id, run_id, batch_id, token, scraper_version, started_at, http_status, artefact,
@@ -1020,7 +1066,7 @@ kids AS (
         state_changed_at)
     SELECT DISTINCT ON (ch.task_key) ch.run_id, ch.task_key, ch.url, ch.page_type,
         ch.partition, ch.priority, ch.discovery, ch.parent_id, ch.depth, ch.navigation,
-        'pending', 0, %(finished)s, '', 0, '', ch.batch_id, %(finished)s, %(finished)s
+        {pending}, 0, %(finished)s, '', 0, '', ch.batch_id, %(finished)s, %(finished)s
     FROM ch JOIN fenced AS f ON f.id = ch.parent_id
     ORDER BY ch.task_key, ch.seq
     ON CONFLICT (task_key) DO NOTHING
@@ -1035,12 +1081,14 @@ totals AS (
 moved AS (
     INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta)
     SELECT run_id, partition, state, n::integer FROM (
-        SELECT run_id, partition, 'leased' AS state, -count(*) AS n FROM fenced
-        GROUP BY run_id, partition
+        -- (a re-synchronisation's committed -> committed changes no count)
+        SELECT run_id, partition, %(source)s::varchar AS state, -count(*) AS n FROM fenced
+        WHERE state <> %(source)s GROUP BY run_id, partition
         UNION ALL
-        SELECT run_id, partition, state, count(*) FROM fenced GROUP BY run_id, partition, state
+        SELECT run_id, partition, state, count(*) FROM fenced WHERE state <> %(source)s
+        GROUP BY run_id, partition, state
         UNION ALL
-        SELECT run_id, partition, 'pending', count(*) FROM kids GROUP BY run_id, partition
+        SELECT run_id, partition, {pending}, count(*) FROM kids GROUP BY run_id, partition
     ) AS s
     RETURNING 1
 ),
@@ -1069,8 +1117,16 @@ def _lost_detail(p: _Plan) -> str:
     return f"{detail} ({p.error_detail})" if p.error_detail else detail
 
 
+# The holder's part of the fence, with named parameters (Holder.sql's, for the one statement).
+_PG_HELD = {
+    TaskState.LEASED: "t.state = %(source)s AND t.lease_owner = %(worker)s",
+    TaskState.REMOTE: "t.state = %(source)s AND t.remote_job_id = %(job)s",
+    TaskState.COMMITTED: "t.state = %(source)s",
+}
+
+
 def _commit_pg_one_statement(
-    worker_id: str, plans: list[_Plan], finished: datetime
+    worker_id: str, plans: list[_Plan], finished: datetime, holder: Holder
 ) -> CommitSummary:
     v_rows, a_rows, o_rows, c_rows = [], [], [], []
     obs_by_seq: dict[int, tuple] = {}
@@ -1107,8 +1163,12 @@ def _commit_pg_one_statement(
     a_sql, a_params = _unnest("a", a_rows, _A_TYPES)
     o_sql, o_params = _unnest("o", o_rows, _O_TYPES)
     c_sql, c_params = _unnest("c", c_rows, _C_TYPES)
-    sql = _PG_COMMIT.format(v=v_sql, a=a_sql, o=o_sql, c=c_sql)
+    sql = _PG_COMMIT.format(
+        v=v_sql, a=a_sql, o=o_sql, c=c_sql, held=_PG_HELD[holder.source], pending=_PENDING
+    )
     params = {
+        "source": str(holder.source),
+        "job": holder.remote_job,
         **v_params,
         **a_params,
         **o_params,

@@ -16,7 +16,7 @@ from recovery.liveness import WorkerKind
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import RemoteJobState
 from recovery.states.run import RunState
-from recovery.states.task import TaskState
+from recovery.states.task import CLAIMABLE_ORDER, TaskState
 
 
 class Dataset(models.Model):
@@ -159,6 +159,16 @@ class Task(models.Model):
     recovery_batch = models.ForeignKey(
         RecoveryBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="tasks"
     )
+    # The provider job that holds this task while it is `remote` (NULL in every other state:
+    # task_remote_job_state_ck). Indexed only where set: few tasks are remote at once.
+    remote_job = models.ForeignKey(
+        "RemoteJob",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="held_tasks",
+        db_index=False,
+    )
     created_at = models.DateTimeField(default=timezone.now)
     state_changed_at = models.DateTimeField(default=timezone.now)
 
@@ -170,7 +180,14 @@ class Task(models.Model):
                 models.F("priority").desc(),
                 "next_attempt_at",
                 name="task_claim_idx",
-                condition=Q(state__in=["pending", "retry_wait", "leased"]),
+                # Remote tasks are not claimable, so they are not in this index.
+                condition=Q(state__in=[s.value for s in CLAIMABLE_ORDER]),
+            ),
+            # "The tasks this job holds" (its import, an operator's resolution).
+            models.Index(
+                fields=["remote_job"],
+                name="task_remote_job_idx",
+                condition=Q(remote_job__isnull=False),
             ),
             models.Index(fields=["run", "state"], name="task_run_state_idx"),
             models.Index(fields=["run", "partition", "state"], name="task_run_part_state_idx"),
@@ -178,6 +195,14 @@ class Task(models.Model):
             # Not declared here: task_run_url_idx (run_id, URL key in byte order, id) serves a
             # run's task list in URL order and URL-prefix search. Its expression differs per
             # database, so migration 0006 creates it (dashboard.lists.UrlKey is the expression).
+        ]
+        constraints = [
+            # A remote task names its job; no other task does (the import fences on the job).
+            models.CheckConstraint(
+                condition=Q(state=TaskState.REMOTE, remote_job__isnull=False)
+                | (~Q(state=TaskState.REMOTE) & Q(remote_job__isnull=True)),
+                name="task_remote_job_state_ck",
+            )
         ]
 
     def __str__(self) -> str:
@@ -195,8 +220,11 @@ class Attempt(models.Model):
         GONE = "gone"
         DEAD = "dead"
         LOST_LEASE = "lost_lease"  # the commit matched no current lease and was rolled back
+        # A remote job's own attempt is its submission, one per job (RemoteJob.attempt), never
+        # an execution of a task: each task's outcome is its own attempt, written at import.
         SUBMITTED = "submitted"  # a remote job was created for this attempt
         UNKNOWN = "unknown"  # the remote submission's outcome is ambiguous
+        REFUSED = "refused"  # the provider refused the submission: certainly nothing created
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # task and run are served by the (task, started_at) and (run, ...) composite indexes; a

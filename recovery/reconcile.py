@@ -21,6 +21,7 @@ from django.utils import timezone
 from recovery import audit, remote
 from recovery.models import Attempt, RemoteJob
 from recovery.states import remote_job
+from recovery.states import task as task_states
 from recovery.states.remote_job import RECONCILE, RemoteJobState
 from recovery.states.task import TaskState
 
@@ -96,22 +97,19 @@ def replace_attempt(job_id: int, actor: str, reason: str) -> RemoteJob:
             raise ReconcileError(f"remote job {job_id} changed state meanwhile")
         from recovery.models import Task
 
-        held = list(
-            Task.objects.filter(state=TaskState.LEASED, lease_owner=remote.owner_of(job.pk))
-        )
+        held = list(Task.objects.filter(state=TaskState.REMOTE, remote_job_id=job.pk))
         if not held:
             raise ReconcileError(f"remote job {job_id} holds no task any more")
         provider = remote.provider_for(job.run.dataset)
-        # A new attempt and a new job (never sent: lease_token 0), linked to the original;
-        # the tasks move under the new job's lease, so the original can never commit them.
+        # A new attempt and a new job (never sent: lease_token 0), linked to the original; the
+        # tasks leave the original (remote -> pending) and the new job takes them (-> remote)
+        # in this transaction, so the original can never commit them.
         replacement = remote._create_job(
             job.run, provider, held, worker=f"operator:{actor}", replaces=job, lease=False
         )
-        remote._take_tasks(
-            replacement,
-            [t.pk for t in held],
-            from_owner=remote.owner_of(job.pk),
-            from_states=[TaskState.LEASED],
+        released = task_states.release_from_job(job.pk, TaskState.PENDING)
+        task_states.hand_to_job(
+            replacement, [pk for pk, _partition in released], sources=[TaskState.PENDING]
         )
         audit.record(actor, "remote_replace", job, reason, replacement=replacement.pk)
     return replacement
@@ -124,8 +122,8 @@ def dismiss(job_id: int, actor: str, reason: str) -> RemoteJob:
             job.pk, job.state, RemoteJobState.DISMISSED, **_resolved(actor, reason)
         ):
             raise ReconcileError(f"remote job {job_id} changed state meanwhile")
-        moved = remote._move_job_tasks(
-            job.pk, None, TaskState.DEAD, last_error_class="remote_dismissed"
+        moved = task_states.release_from_job(
+            job.pk, TaskState.DEAD, last_error_class="remote_dismissed"
         )
         audit.record(actor, "remote_dismiss", job, reason, tasks=len(moved))
         job.refresh_from_db()

@@ -3,10 +3,10 @@
 Submission and collection are two separate steps, each safe to crash in:
 
 1. **Open**: due tasks of a remote dataset are taken into a RemoteJob (state `created`) together
-   with its Attempt (outcome `running`) in one transaction that COMMITS before any create call.
-   The tasks stay `leased` with `lease_owner = "remote:<job pk>"` and are *parked* (their
-   `next_attempt_at` and `lease_until` far in the future): no task claim can take them while the
-   remote job may exist, so a task is never submitted twice behind the job's back.
+   with its Attempt (outcome `running`: the submission, one per job) in one transaction that
+   COMMITS before any create call. The tasks move to `remote`, held by the job
+   (`Task.remote_job`, recovery.states.task.hand_to_job): no claim can take a remote task, so
+   a task is never submitted twice behind the job's back.
 2. **Send**: the sender leases the job (lease_token > 0) and commits that before sending. The
    provider's job id is saved as soon as it arrives (`states.remote_job.attach_job_id`). A send
    that may have reached the provider (read timeout, dropped connection, 5xx) moves the job to
@@ -19,7 +19,8 @@ Submission and collection are two separate steps, each safe to crash in:
 4. **Import**: result items are written idempotently by (job, item_index) and mapped onto our
    tasks and observations in the transaction that marks the job `completed`, fenced by the
    job's lease token; each task's outcome goes through the engine's fenced commit
-   (`leases.commit_outcomes` under owner "remote:<job pk>"). Per-item failures are classified
+   (`leases.commit_outcomes`, fenced by the job and each task's token). Per-item failures are
+   classified
    with the retry table; a retriable one sends its task to retry_wait and its next submission
    is a *new* job with a new attempt (RemoteJobItem.retried_in); the job is never resubmitted.
 
@@ -32,7 +33,6 @@ and runs `worker_step` every loop (registered below); the dispatcher's tick hook
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -47,9 +47,10 @@ from django.db import transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from recovery import counters, keys, leases, logs
+from recovery import keys, leases, logs
 from recovery.failures import Action, backoff, parse_retry_after, rule_for
 from recovery.providers.base import ErrorClass, Observed, Outcome
+from recovery.states import task as task_states
 from recovery.states.base import check_move
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
@@ -60,10 +61,6 @@ log = logging.getLogger(__name__)
 # parameter: redact on the logger itself, so every handler (and test capture) sees it clean.
 for _name in ("httpx", "httpcore"):
     logging.getLogger(_name).addFilter(logs.RedactSecretsFilter())
-
-# Far enough in the future that no claim ever reaches it; only the job's import or an
-# operator's resolution moves a parked task.
-PARKED = datetime(9000, 1, 1, tzinfo=UTC)
 
 # The provider's per-item statuses -> our failure classes (None = success). Only classes whose
 # retry-table action is RETRY are resubmitted, in a new job: a timeout is worth another try, a
@@ -332,7 +329,8 @@ def provider_for(dataset) -> RemoteProvider:
     return get_provider(dataset.provider, **options)
 
 
-def owner_of(job_pk: int) -> str:
+def worker_label(job_pk: int) -> str:
+    """The worker recorded on the attempts a job's import writes (not a lease owner)."""
     return f"remote:{job_pk}"
 
 
@@ -372,48 +370,13 @@ def _tasks_of(job) -> list[RemoteTask]:
     ]
 
 
-def _move_job_tasks(
-    job_pk: int, task_ids: list[int] | None, target: str, **fields
-) -> list[tuple[int, str]]:
-    """Move the tasks still held by a job (owner "remote:<pk>") out of `leased`; returns the
-    (task pk, partition) pairs that moved. Counters are recorded in the caller's transaction."""
-    from recovery.models import Task
-
-    check_move("task", {TaskState.LEASED: frozenset({target})}, [TaskState.LEASED], target)
-    held = Task.objects.filter(state=TaskState.LEASED, lease_owner=owner_of(job_pk))
-    if task_ids is not None:
-        held = held.filter(pk__in=task_ids)
-    rows = list(held.values_list("pk", "run_id", "partition"))
-    if not rows:
-        return []
-    now = timezone.now()
-    if target != TaskState.LEASED:
-        fields.setdefault("lease_owner", "")
-        fields.setdefault("lease_until", None)
-    moved = Task.objects.filter(
-        pk__in=[r[0] for r in rows], state=TaskState.LEASED, lease_owner=owner_of(job_pk)
-    ).update(state=target, state_changed_at=now, **fields)
-    if moved != len(rows):  # the rows were read in this transaction; a mismatch is a bug
-        raise RuntimeError(f"remote job {job_pk}: task moves raced ({moved}/{len(rows)})")
-    if target != TaskState.LEASED:
-        per: dict[tuple[int, str], int] = defaultdict(int)
-        for _pk, run_id, partition in rows:
-            per[(run_id, partition)] += 1
-        counters.record(
-            [(run_id, part, TaskState.LEASED, target, n) for (run_id, part), n in per.items()]
-        )
-    return [(r[0], r[2]) for r in rows]
-
-
 def _settle_tasks(job, error_class: ErrorClass, detail: str, retry_after=None) -> None:
     """Release the tasks a job still holds after a job-level failure, through the engine's
     fenced commit: the retry table and the budgets decide (retry_wait, quarantine, dead)."""
     from recovery.models import Run, Task
 
     run = Run.objects.select_related("dataset").get(pk=job.run_id)
-    held = list(
-        Task.objects.filter(state=TaskState.LEASED, lease_owner=owner_of(job.pk)).order_by("pk")
-    )
+    held = list(Task.objects.filter(state=TaskState.REMOTE, remote_job_id=job.pk).order_by("pk"))
     if not held:
         return
     outcome = Outcome(
@@ -423,7 +386,10 @@ def _settle_tasks(job, error_class: ErrorClass, detail: str, retry_after=None) -
         artefact={"reason": f"{job.provider} remote job {job.pk}: {detail}"[:1000]},
     )
     leases.commit_outcomes(
-        owner_of(job.pk), [_claimed_for(t, run, job) for t in held], [outcome] * len(held)
+        worker_label(job.pk),
+        [_claimed_for(t, run, job) for t in held],
+        [outcome] * len(held),
+        holder=leases.Holder.job(job.pk),
     )
 
 
@@ -474,41 +440,6 @@ def _create_job(run, provider, task_rows: list, *, worker: str, replaces=None, l
     return job
 
 
-def _take_tasks(
-    job, task_ids: list[int], *, from_owner: str | None, from_states, count_attempt: bool = True
-) -> int:
-    """Hand tasks to a job: leased to "remote:<pk>", parked, attempt counted (unless the
-    engine's claim already counted it)."""
-    from recovery.models import Task
-
-    now = timezone.now()
-    filters = Q(pk__in=task_ids, state__in=from_states)
-    if from_owner is not None:
-        filters &= Q(lease_owner=from_owner)
-    rows = list(Task.objects.filter(filters).values_list("pk", "partition", "state"))
-    if not rows:
-        return 0
-    Task.objects.filter(pk__in=[r[0] for r in rows]).update(
-        state=TaskState.LEASED,
-        lease_owner=owner_of(job.pk),
-        lease_token=F("lease_token") + 1,
-        lease_until=PARKED,
-        next_attempt_at=PARKED,
-        attempt_count=F("attempt_count") + (1 if count_attempt else 0),
-        state_changed_at=now,
-    )
-    Task.objects.filter(pk__in=[r[0] for r in rows], first_attempt_at__isnull=True).update(
-        first_attempt_at=now
-    )
-    per: dict[tuple[str, str], int] = defaultdict(int)
-    for _pk, partition, state in rows:
-        per[(partition, state)] += 1
-    counters.record(
-        [(job.run_id, part, state, TaskState.LEASED, n) for (part, state), n in per.items()]
-    )
-    return len(rows)
-
-
 def open_jobs(worker_id: str, *, max_jobs: int = 4) -> list[int]:
     """Take due tasks of remote datasets into new jobs (committed before any send).
 
@@ -537,11 +468,8 @@ def open_jobs(worker_id: str, *, max_jobs: int = 4) -> list[int]:
             provider = provider_for(run.dataset)
             rows = list(due.filter(run=run)[: max(1, provider.tasks_per_job)])
             job = _create_job(run, provider, rows, worker=worker_id, lease=True)
-            _take_tasks(
-                job,
-                [t.pk for t in rows],
-                from_owner=None,
-                from_states=[TaskState.PENDING, TaskState.RETRY_WAIT],
+            task_states.hand_to_job(
+                job, [t.pk for t in rows], sources=[TaskState.PENDING, TaskState.RETRY_WAIT]
             )
             opened.append(job.pk)
     return opened
@@ -577,11 +505,12 @@ def submit_claimed(worker_id: str, claimed: list) -> bool:
                 if not rows:
                     continue  # every lease was lost meanwhile: nothing to submit
                 job = _create_job(run, provider, rows, worker=worker_id, lease=True)
-                _take_tasks(
+                task_states.hand_to_job(
                     job,
                     [t.pk for t in rows],
-                    from_owner=worker_id,
-                    from_states=[TaskState.LEASED],
+                    sources=[TaskState.LEASED],
+                    owner=worker_id,
+                    fence={t.pk: t.lease_token for t in rows},
                     count_attempt=False,  # the engine's claim counted this attempt
                 )
                 jobs.append(job.pk)
@@ -745,11 +674,9 @@ def _record_send(job, provider, result) -> None:
             last_response={"error": result.detail, "status": result.http_status},
         ):
             return
-        action = rule_for(result.error_class).action
+        # The submission was refused; each task's own attempt (below) says what follows.
         Attempt.objects.filter(pk=job.attempt_id).update(
-            outcome=Attempt.Outcome.RETRY
-            if action == Action.RETRY
-            else Attempt.Outcome.QUARANTINED,
+            outcome=Attempt.Outcome.REFUSED,
             finished_at=now,
             http_status=result.http_status,
             error_class=str(result.error_class),
@@ -865,13 +792,15 @@ def record_poll(job, token: int, status: JobStatus, provider) -> bool:
                 **release,
             ):
                 return False
-            _finish_job_attempt(job, outcome, detail)
+            _finish_job_attempt(job, detail)
             if outcome == Poll.FAILURE:
                 # The provider says the job failed: a new attempt may be worth it (retry table).
                 _settle_tasks(job, ErrorClass.SERVER, detail or "the provider reported FAILURE")
             else:
                 # Someone cancelled the job at the provider: a human decision, not a fault.
-                _move_job_tasks(job.pk, None, TaskState.DEAD, last_error_class="remote_revoked")
+                task_states.release_from_job(
+                    job.pk, TaskState.DEAD, last_error_class="remote_revoked"
+                )
             return True
         if outcome == Poll.NOT_FOUND:
             moved = _guarded(
@@ -947,17 +876,13 @@ def _still_pending(job, fence, release, next_at, failures, detail, response=None
     return bool(RemoteJob.objects.filter(pk=job.pk, state=job.state, **fence).update(**fields))
 
 
-def _finish_job_attempt(job, outcome: str, detail: str = "") -> None:
+def _finish_job_attempt(job, detail: str = "") -> None:
+    """The submission attempt stays `submitted` whatever the job became (the job's state says
+    that); each task's execution is its own attempt, written by the import."""
     from recovery.models import Attempt
 
-    mapping = {
-        Poll.SUCCESS: Attempt.Outcome.COMMITTED,
-        Poll.FAILURE: Attempt.Outcome.RETRY,
-        Poll.REVOKED: Attempt.Outcome.DEAD,
-    }
-    Attempt.objects.filter(pk=job.attempt_id).update(
-        outcome=mapping[outcome], finished_at=timezone.now(), error_detail=detail[:2000]
-    )
+    if detail:
+        Attempt.objects.filter(pk=job.attempt_id).update(error_detail=detail[:2000])
 
 
 # --- importing results ---------------------------------------------------------------------------
@@ -981,37 +906,6 @@ def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int],
         return by_url.get(keys.canonical_url(item.task_url or item.url))
     except keys.InvalidURL:
         return None
-
-
-def upsert_observation(run, task_pk: int, partition: str, entity_key: str, payload, attempt_pk):
-    """Insert-or-update by observation key; an unchanged payload writes nothing."""
-    from recovery.models import Observation
-
-    key = keys.observation_key(run.dataset.name, entity_key, run.window)
-    payload_json = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    digest = keys.payload_hash(payload_json)
-    obs, created = Observation.objects.get_or_create(
-        observation_key=key,
-        defaults={
-            "run": run,
-            "entity_key": entity_key[:500],
-            "window": run.window,
-            "partition": partition,
-            "payload": payload,
-            "payload_hash": digest,
-            "source_task_id": task_pk,
-            "source_attempt_id": attempt_pk,
-            "scraper_version": run.scraper_version,
-        },
-    )
-    if not created and obs.payload_hash != digest and obs.run_id == run.pk:
-        Observation.objects.filter(pk=obs.pk).update(
-            payload=payload,
-            payload_hash=digest,
-            source_attempt_id=attempt_pk,
-            updated_at=timezone.now(),
-        )
-    return obs
 
 
 def import_results(job, token: int, status: JobStatus) -> bool:
@@ -1041,7 +935,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
         held = {
             pk
             for pk, t in task_rows.items()
-            if t.state == TaskState.LEASED and t.lease_owner == owner_of(job.pk)
+            if t.state == TaskState.REMOTE and t.remote_job_id == job.pk
         }
 
         # Pass 1: classify the new items and decide each held task's outcome.
@@ -1070,7 +964,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                 bad[pk].append(ErrorClass.NETWORK)  # submitted, but the job said nothing of it
 
         # Pass 2: one Outcome per task this job still holds, committed through the engine's
-        # fenced commit (owner "remote:<pk>" + each task's own lease token): observations
+        # fenced commit (the job + each task's own lease token): observations
         # upserted by key, an attempt per task, counters, retry budgets and corrections of a
         # published run, exactly as for a directly fetched page. A retriable item sends its
         # task to retry_wait; the next submission takes it into a *new* job with a new
@@ -1090,11 +984,27 @@ def import_results(job, token: int, status: JobStatus) -> bool:
         for pk in sorted(held):
             claimed.append(_claimed_for(task_rows[pk], run, job))
             outcomes.append(_outcome_for(job, good.get(pk, 0), bad.get(pk, []), observed[pk]))
-        summary = leases.commit_outcomes(owner_of(job.pk), claimed, outcomes)
+        summary = leases.commit_outcomes(
+            worker_label(job.pk), claimed, outcomes, holder=leases.Holder.job(job.pk)
+        )
+        # A re-synchronisation (Continue) brings rows for tasks this job no longer holds:
+        # their data goes through the same commit, for the tasks still committed (a task
+        # reset or retried since belongs to another attempt), so a changed value of a
+        # published run becomes a new version and a correction event, never an overwrite.
+        resync = sorted(
+            pk
+            for pk in observed
+            if pk not in held and task_rows.get(pk) and task_rows[pk].state == TaskState.COMMITTED
+        )
+        if resync:
+            leases.commit_outcomes(
+                worker_label(job.pk),
+                [_claimed_for(task_rows[pk], run, job) for pk in resync],
+                [Outcome(http_status=200, observations=observed[pk]) for pk in resync],
+                holder=leases.Holder.resync(job.pk),
+            )
 
         # Items, insert-if-missing by (job, item_index), pointing at their observations.
-        # A re-synchronisation (Continue) brings rows for tasks this job no longer holds:
-        # their observations are upserted by key here (the tasks are already terminal).
         obs_by_key = {}
         wanted = {
             keys.observation_key(run.dataset.name, key, run.window): index
@@ -1106,17 +1016,8 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                 for o in Observation.objects.filter(observation_key__in=list(wanted))
             }
         item_rows = []
-        for item, task_pk, cls in new_items:
+        for item, task_pk, _cls in new_items:
             obs = obs_by_key.get(item.index)
-            if cls is None and task_pk is not None and task_pk not in held:
-                obs = upsert_observation(
-                    run,
-                    task_pk,
-                    task_rows[task_pk].partition if task_pk in task_rows else "",
-                    entity_of[item.index],
-                    clean_payload(item.payload) if item.payload else {},
-                    job.attempt_id,
-                )
             item_rows.append(
                 RemoteJobItem(
                     job=job,
@@ -1147,7 +1048,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
             job.pk, job.state, RemoteJobState.COMPLETED, fence={"lease_token": token}, **fields
         ):
             raise RuntimeError(f"remote job {job.pk}: lost its lease during the import")
-        _finish_job_attempt(job, Poll.SUCCESS)
+
         if stopped:
             note = (
                 f"{job.provider} {job.kind} job {job.provider_job_id} stopped early "
@@ -1184,7 +1085,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
 
 
 def _claimed_for(task, run, job):
-    """The engine's view of a task this job holds (its fence: owner "remote:<pk>" + token)."""
+    """The engine's view of a task this job holds (its fence: the job + the task's token)."""
     from recovery.leases import Claimed
 
     dataset = run.dataset
@@ -1199,7 +1100,7 @@ def _claimed_for(task, run, job):
         navigation=dict(task.navigation or {}),
         attempt_count=task.attempt_count,
         lease_token=task.lease_token,
-        previous_state=TaskState.LEASED,
+        previous_state=task.state,
         previous_owner="",
         first_attempt_at=task.first_attempt_at,
         recovery_batch_id=task.recovery_batch_id,

@@ -15,9 +15,8 @@ from django.utils import timezone
 
 from recovery import corrections, keys
 from recovery.models import Attempt, Dataset, Observation, Run, Task
-from recovery.states import task as task_states
 from recovery.states.task import TaskState
-from tests.factories import make_dataset, make_run, make_tasks
+from tests.factories import force_state, make_dataset, make_run, make_tasks
 
 SHOP_SPEC: dict[str, Any] = {
     "name": "prices",
@@ -69,11 +68,14 @@ def commit_task(task: Task, payload: dict[str, Any], *, worker: str = "test") ->
     task.refresh_from_db()
     token = task.lease_token + 1
     until = timezone.now() + timezone.timedelta(seconds=60)
-    # move() takes owner/lease_token as its fence arguments, so the new lease is set after it.
-    assert task_states.move(
-        task, task.state, TaskState.LEASED, lease_until=until, attempt_count=task.attempt_count + 1
+    force_state(
+        task,
+        TaskState.LEASED,
+        lease_until=until,
+        attempt_count=task.attempt_count + 1,
+        lease_owner=worker,
+        lease_token=token,
     )
-    Task.objects.filter(pk=task.pk).update(lease_owner=worker, lease_token=token)
     run = Run.objects.select_related("dataset").get(pk=task.run_id)
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     digest = keys.payload_hash(body)
@@ -115,9 +117,7 @@ def commit_task(task: Task, payload: dict[str, Any], *, worker: str = "test") ->
                 validation_state=Observation.Validation.PENDING,
                 updated_at=timezone.now(),
             )
-        assert task_states.move(
-            task, TaskState.LEASED, TaskState.COMMITTED, owner=worker, lease_token=token
-        )
+        force_state(task, TaskState.COMMITTED, lease_owner="", lease_until=None)
     return attempt
 
 

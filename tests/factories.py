@@ -64,3 +64,13 @@ def make_tasks(
     run.task_total = Task.objects.filter(run=run).count()
     run.save(update_fields=["task_total"])
     return list(Task.objects.filter(run=run, partition=partition).order_by("pk"))[-n:]
+
+
+def force_state(task: Task, target: str, **fields) -> Task:
+    """Put a task in `target` for a test's setup (not a move under test: those go through
+    recovery.states.task and recovery.leases), keeping the run's counters exact."""
+    task.refresh_from_db()
+    Task.objects.filter(pk=task.pk).update(state=target, **fields)
+    counters.record([(task.run_id, task.partition, task.state, target, 1)])
+    task.refresh_from_db()
+    return task

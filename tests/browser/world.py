@@ -24,6 +24,7 @@ from recovery.models import (
     Task,
     WorkerHeartbeat,
 )
+from recovery.states import task as task_states
 from tests.factories import make_dataset, make_run, make_tasks
 
 PASSWORD = "correct horse battery staple"
@@ -140,11 +141,8 @@ def make_world() -> World:
         state="unknown",
         last_response={"error": XSS_SCRIPT},
     )
-    # The job holds its task under its own lease, as recovery.remote leaves it.
-    Task.objects.filter(pk=remote_task.pk).update(
-        state="leased", lease_owner=f"remote:{job.pk}", lease_until=now + timedelta(hours=1)
-    )
-    counters.record([(remote_run.pk, "beta.test", "pending", "leased", 1)])
+    # The job holds its task, as recovery.remote leaves it.
+    task_states.hand_to_job(job, [remote_task.pk], sources=["pending"])
 
     candidate = make_run(dataset, window="2026-11-02")
     make_tasks(candidate, 2, partition="alpha.test", state="committed", host="c.test")

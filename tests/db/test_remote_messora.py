@@ -7,7 +7,7 @@ import logging
 import pytest
 from django.utils import timezone
 
-from recovery import reconcile, remote
+from recovery import leases, reconcile, remote
 from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Run, Task
 from recovery.sandbox import messora as sim
 from recovery.states.remote_job import RemoteJobState
@@ -67,10 +67,16 @@ def test_it_submits_polls_and_imports_a_batch(messora):
     assert set(Task.objects.values_list("state", flat=True)) == {"committed"}
     assert Observation.objects.filter(run=run).count() == 3
     assert RemoteJobItem.objects.filter(job=job).count() == 3
-    assert Attempt.objects.get(pk=job.attempt_id).outcome == "committed"
+    # The job's own attempt is its submission; each task's execution is one attempt of its
+    # own (3 tasks: 3 committed attempts, not 4).
+    assert Attempt.objects.get(pk=job.attempt_id).outcome == "submitted"
+    assert Attempt.objects.filter(run=run, outcome="committed").count() == 3
+    for task in Task.objects.filter(run=run):
+        assert task.attempts.filter(outcome="committed").count() == 1
     assert remote.credits_by_run(run.pk) == 3
-    # The job's lease is released and nothing is left parked.
-    assert not Task.objects.filter(state="leased").exists()
+    # The job's lease is released and no task is left held.
+    assert not Task.objects.filter(state__in=["leased", "remote"]).exists()
+    assert not Task.objects.filter(remote_job__isnull=False).exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -119,8 +125,11 @@ def test_an_ambiguous_create_goes_to_reconcile_and_is_never_resubmitted(messora,
     # The simulator did create a job; we did not create a second one.
     assert stats(served)["created"] == 1
     assert RemoteJob.objects.count() == 1
-    # The tasks stay parked under the job until an operator decides.
-    assert set(Task.objects.values_list("lease_owner", flat=True)) == {f"remote:{job.pk}"}
+    # The tasks stay held by the job (not claimable, no lease) until an operator decides.
+    assert set(Task.objects.values_list("state", "remote_job", "lease_owner", "lease_until")) == {
+        ("remote", job.pk, "", None)
+    }
+    assert leases.claim("w2", 10) == []
     assert list(remote.reconcile_queue()) == [job]
 
 

@@ -9,8 +9,19 @@ import pytest
 from django.utils import timezone
 
 from recovery import remote
-from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Task, WebhookReceipt
+from recovery.models import (
+    Attempt,
+    Dataset,
+    Observation,
+    ObservationVersion,
+    OutboxEvent,
+    RemoteJob,
+    RemoteJobItem,
+    Task,
+    WebhookReceipt,
+)
 from recovery.sandbox import webscraper as sim
+from recovery.states import run as run_states
 from tests.factories import make_run, make_tasks
 from tests.remote_fixtures import remote_dataset, scan_database_for, serve, stats, wait_for
 
@@ -305,3 +316,38 @@ def test_a_well_formed_multipart_notification_is_stored(cloud, client):
     form = {"scrapingjob_id": "31", "status": "finished", "custom_id": "7"}
     assert client.post(f"/hooks/webscraper/{SECRET}", form).status_code == 200
     assert WebhookReceipt.objects.get().body == form
+
+
+def test_a_continue_that_changes_a_published_value_makes_a_new_version_and_a_correction(cloud):
+    served, _state = cloud
+    run, _tasks = make_cloud_run(3)
+    # One entity per start URL: the Continue's extra row for the first start URL is a new
+    # value of an entity the first synchronisation delivered (its price differs).
+    spec = dict(run.dataset.spec, entity_key={"field": "web-scraper-start-url"})
+    Dataset.objects.filter(pk=run.dataset_id).update(spec=spec)
+    remote.submit_step("w1")
+    job = RemoteJob.objects.get()
+    sync_until(job_done, "the first synchronisation")
+    assert Observation.objects.filter(run=run).count() == 3
+    for source, target in [("collecting", "candidate"), ("candidate", "accepted")]:
+        assert run_states.move(run.pk, source, target)
+    assert run_states.move(run.pk, "accepted", "published")
+    first_url = job.input_ref["tasks"][0]["url"]
+    published = Observation.objects.get(run=run, entity_key=first_url)
+    assert (published.version, published.payload["price"]) == (1, "10.99")
+
+    httpx.post(f"{served.base_url}/_sim/continue/{job.provider_job_id}", json={"rows": 1})
+    wait_for(lambda: stats(served)["jobs"][job.provider_job_id]["rows"] == 4, 10, what="continue")
+    assert remote.mark_due(job.pk)
+    sync_until(job_done, "the re-synchronisation")
+
+    published.refresh_from_db()
+    assert (published.version, published.payload["price"]) == (2, "13.99")
+    (old,) = ObservationVersion.objects.filter(observation=published)
+    assert (old.version, old.payload["price"]) == (1, "10.99")
+    (event,) = OutboxEvent.objects.filter(run=run, event_type=OutboxEvent.Kind.CORRECTION)
+    assert event.payload["observation_key"] == published.observation_key
+    assert (event.payload["previous_version"], event.payload["version"]) == (1, 2)
+    assert Observation.objects.filter(run=run).count() == 3
+    # The re-synchronised row is traceable to an attempt of its task, written by the import.
+    assert Attempt.objects.filter(pk=published.source_attempt_id, worker=f"remote:{job.pk}")

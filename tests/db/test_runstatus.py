@@ -14,7 +14,7 @@ from recovery import keys, status
 from recovery.models import Attempt, Observation, RemoteJob, Run
 from recovery.states import task as task_states
 from recovery.states.task import TaskState
-from tests.factories import make_run, make_tasks
+from tests.factories import force_state, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -29,9 +29,8 @@ def commit(task, *, attempts: int = 1, observe: bool = True) -> None:
     """Lease and commit one task the way a worker would, with `attempts` attempts."""
     for n in range(attempts):
         Attempt.objects.create(task=task, run_id=task.run_id, outcome="retry", lease_token=n)
-    # A claim (recovery.leases) sets owner and token; lease_token 0 is the factory default.
-    assert task_states.move(task, TaskState.PENDING, TaskState.LEASED, lease_owner="w")
-    assert task_states.move(task, TaskState.LEASED, TaskState.COMMITTED, owner="w", lease_token=0)
+    force_state(task, TaskState.LEASED, lease_owner="w")
+    force_state(task, TaskState.COMMITTED, lease_owner="")
     if observe:
         run = Run.objects.select_related("dataset").get(pk=task.run_id)
         Observation.objects.create(
@@ -52,15 +51,20 @@ def test_it_reports_counts_coverage_and_acceptance_as_json():
     # Ten attempts of one task are still one committed task and one observation.
     commit(tasks[0], attempts=10)
     commit(tasks[1])
+    # One task is held by a provider job: counted as remote, neither pending nor leased.
+    submission = Attempt.objects.create(task=tasks[2], run=run, outcome="submitted")
+    job = RemoteJob.objects.create(attempt=submission, run=run, provider="messora", kind="batch")
+    assert task_states.hand_to_job(job, [tasks[2].pk], sources=[TaskState.PENDING])
     data = json.loads(runstatus(str(run.pk), "--json"))
     assert data["run"] == run.pk
     assert data["dataset"] == run.dataset.name
     assert data["window"] == run.window
     assert data["acceptance_state"] == "collecting"
     assert data["tasks"] == {
-        "pending": 2,
+        "pending": 1,
         "leased": 0,
         "retry_wait": 0,
+        "remote": 1,
         "committed": 2,
         "quarantined": 0,
         "gone": 0,

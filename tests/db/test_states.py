@@ -8,19 +8,22 @@ row untouched; an allowed edge from a state the row is no longer in reports Fals
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from recovery import counters
-from recovery.models import Attempt, OutboxEvent, RemoteJob, Run, Task
+from recovery import counters, leases, remote
+from recovery.models import Attempt, Observation, OutboxEvent, RemoteJob, Run, Task
+from recovery.providers.base import ErrorClass, Outcome
 from recovery.states import delivery, remote_job, run, task
 from recovery.states.base import IllegalTransition
 from recovery.states.delivery import DeliveryState
 from recovery.states.remote_job import RemoteJobState
 from recovery.states.run import RunState
 from recovery.states.task import TaskState
-from tests.factories import make_run, make_tasks
+from tests.factories import force_state, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -34,16 +37,19 @@ def edges(states, expected):
 
 # The design's edges, written out independently of recovery.states (DESIGN.md section 2), so a
 # move added to or dropped from a machine's table fails here instead of being trusted.
+_TASK_OUTCOMES = {"committed", "retry_wait", "quarantined", "gone", "dead"}
 TASK_EDGES = {
     ("pending", "leased"),
-    ("leased", "leased"),  # re-claim after the lease expired
-    ("leased", "committed"),
-    ("leased", "retry_wait"),
-    ("leased", "quarantined"),
-    ("leased", "gone"),
-    ("leased", "dead"),
     ("retry_wait", "leased"),
-    ("retry_wait", "pending"),
+    ("leased", "leased"),  # re-claim after the lease expired
+    *(("leased", t) for t in _TASK_OUTCOMES),
+    # a provider job takes due tasks, or the worker that claimed them hands them over
+    ("pending", "remote"),
+    ("retry_wait", "remote"),
+    ("leased", "remote"),
+    # the job's import decides; an operator's replacement releases them
+    *(("remote", t) for t in _TASK_OUTCOMES),
+    ("remote", "pending"),
     # a recovery batch resets terminal tasks
     ("committed", "pending"),
     ("quarantined", "pending"),
@@ -108,84 +114,131 @@ def test_every_state_has_an_entry_in_its_table():
 
 
 # --- task ---------------------------------------------------------------------------------
+# The task machine has no generic move(): each edge is driven through the door production
+# uses (recovery.leases for claim and commit, recovery.states.task for the ORM moves).
+
+# An outcome that sends a task to each target (the retry table decides; "dead" by budget).
+_OUTCOME_FOR = {
+    "committed": Outcome(http_status=200),
+    "retry_wait": Outcome(error_class=ErrorClass.NETWORK, error_detail="reset"),
+    "quarantined": Outcome(error_class=ErrorClass.CHALLENGE, http_status=200),
+    "gone": Outcome(error_class=ErrorClass.NOT_FOUND, http_status=404),
+    "dead": Outcome(error_class=ErrorClass.BUDGET_EXHAUSTED),
+}
 
 
-def leased_task(state: str, *, owner="w1", token=7) -> Task:
+def task_in(state: str) -> tuple[Task, RemoteJob]:
+    """A due task in `state`: leased to w1 (token 7, lease expired) or held by a job."""
     r = make_run()
-    (t,) = make_tasks(r, 1, state=state, partition="p")
+    (t,) = make_tasks(r, 1, state=TaskState.PENDING, partition="p")
+    attempt = Attempt.objects.create(task=t, run=r, outcome=Attempt.Outcome.SUBMITTED)
+    job = RemoteJob.objects.create(
+        attempt=attempt, run=r, provider="messora", kind="batch", state="submitted"
+    )
+    past = timezone.now() - timedelta(seconds=5)
+    fields = {"next_attempt_at": past, "lease_token": 7}
     if state == TaskState.LEASED:
-        Task.objects.filter(pk=t.pk).update(lease_owner=owner, lease_token=token)
-        t.refresh_from_db()
-    return t
+        fields.update(lease_owner="w1", lease_until=past)
+    if state == TaskState.REMOTE:
+        fields["remote_job"] = job
+    return force_state(t, state, **fields), job
+
+
+def drive(t: Task, job: RemoteJob, source: str, target: str) -> bool:
+    """Ask the production door that makes `target` to move `t` from `source`; True if moved."""
+    if target == TaskState.LEASED:
+        return t.pk in {c.task_id for c in leases.claim("w2", 10)}
+    if target == TaskState.REMOTE:
+        fence = {"owner": "w1", "fence": {t.pk: 7}} if source == TaskState.LEASED else {}
+        return task.hand_to_job(job, [t.pk], sources=[source], **fence) == [t.pk]
+    if target == TaskState.PENDING and source == TaskState.REMOTE:
+        return bool(task.release_from_job(job.pk, target))
+    if target == TaskState.PENDING:
+        return task.reset_for_batch(t.run_id, [t.pk], batch_id=None) == 1
+    run_obj = Run.objects.select_related("dataset").get(pk=t.run_id)
+    claimed = remote._claimed_for(t, run_obj, job)
+    holder = leases.Holder.job(job.pk) if source == TaskState.REMOTE else leases.WORKER
+    summary = leases.commit_outcomes("w1", [claimed], [_OUTCOME_FOR[target]], holder=holder)
+    return summary.states == {target: 1}
 
 
 @pytest.mark.parametrize(("source", "target", "allowed"), edges(TaskState.values, TASK_EDGES))
-def test_task_edges(source, target, allowed):
-    t = leased_task(source)
-    # Only moves out of a lease present one (its owner and token are the fence).
-    lease = {"owner": "w1", "lease_token": 7} if source == "leased" != target else {}
+def test_task_edges_through_the_production_doors(source, target, allowed):
+    t, job = task_in(source)
     before = counters.by_state(t.run_id)
+    try:
+        moved = drive(t, job, source, target)
+    except IllegalTransition as exc:
+        assert not allowed, f"{source} -> {target} refused: {exc}"
+        moved = False
+    t.refresh_from_db()
     if not allowed:
-        with pytest.raises(IllegalTransition, match=f"{source} -> {target}"):
-            task.move(t, source, target, owner="w1", lease_token=7)
-        t.refresh_from_db()
+        assert not moved
         assert t.state == source
         assert counters.by_state(t.run_id) == before
         return
-    assert task.move(t, source, target, **lease) is True
-    t.refresh_from_db()
+    assert moved
     assert t.state == target
-    if target != TaskState.LEASED:
-        assert t.lease_owner == ""
-        assert t.lease_until is None
-    expected = {target: 1}
-    assert counters.by_state(t.run_id) == expected
-    # The same move again finds the row no longer in `source` (unless it is a self-loop).
-    if source != target:
-        assert task.move(t, source, target, **lease) is False
+    assert counters.by_state(t.run_id) == {target: 1}
+    counters.rebuild(t.run_id)
+    assert counters.by_state(t.run_id) == {target: 1}
+    # Only a remote task names a job, and only a leased one has a lease.
+    assert (t.remote_job_id is not None) == (target == TaskState.REMOTE)
+    assert (t.lease_owner != "") == (target == TaskState.LEASED)
 
 
-@pytest.mark.parametrize(
-    ("source", "target"), [("pending", "leased"), ("leased", "leased"), ("retry_wait", "pending")]
-)
-@pytest.mark.parametrize("fence", [{"owner": "w1"}, {"lease_token": 3}])
-def test_task_moves_without_a_lease_refuse_fence_arguments(source, target, fence):
-    # A lease_token here would be read as a fence and silently ignored, not set: refuse it.
-    t = leased_task(source)
-    with pytest.raises(IllegalTransition, match="fence moves out of leased"):
-        task.move(t, source, target, **fence)
-    t.refresh_from_db()
-    assert t.state == source
+def test_the_claim_never_takes_a_remote_task_and_its_index_leaves_them_out():
+    task_in(TaskState.REMOTE)
+    assert leases.claim("w2", 10) == []
+    assert TaskState.REMOTE not in task.CLAIMABLE
+    (index,) = [i for i in Task._meta.indexes if i.name == "task_claim_idx"]
+    assert set(index.condition.children[0][1]) == set(task.CLAIMABLE)
 
 
-@pytest.mark.parametrize("target", sorted(task.ALLOWED[TaskState.LEASED] - {TaskState.LEASED}))
-@pytest.mark.parametrize(("owner", "token"), [("w2", 7), ("w1", 8), ("w2", 6), ("", 7)])
-def test_task_moves_out_of_leased_are_fenced_by_owner_and_token(target, owner, token):
-    t = leased_task(TaskState.LEASED, owner="w1", token=7)
+@pytest.mark.parametrize(("owner", "token"), [("w2", 7), ("w1", 8), ("", 7)])
+def test_a_hand_over_out_of_leased_is_fenced_by_the_workers_lease(owner, token):
+    t, job = task_in(TaskState.LEASED)
     before = counters.by_state(t.run_id)
-    assert task.move(t, TaskState.LEASED, target, owner=owner, lease_token=token) is False
+    assert task.hand_to_job(job, [t.pk], sources=["leased"], owner=owner, fence={t.pk: token}) == []
     t.refresh_from_db()
     assert (t.state, t.lease_owner, t.lease_token) == (TaskState.LEASED, "w1", 7)
     assert counters.by_state(t.run_id) == before
 
 
-@pytest.mark.parametrize(("owner", "token"), [(None, 7), ("w1", None), (None, None)])
-def test_task_moves_out_of_leased_need_the_lease(owner, token):
-    t = leased_task(TaskState.LEASED)
-    with pytest.raises(IllegalTransition, match="owner and lease_token"):
-        task.move(t, TaskState.LEASED, TaskState.COMMITTED, owner=owner, lease_token=token)
-    t.refresh_from_db()
-    assert t.state == TaskState.LEASED
+def test_a_hand_over_out_of_leased_needs_the_lease():
+    t, job = task_in(TaskState.LEASED)
+    with pytest.raises(IllegalTransition, match="owner and lease tokens"):
+        task.hand_to_job(job, [t.pk], sources=["leased"])
 
 
-def test_task_move_rolls_back_with_the_enclosing_transaction():
-    t = leased_task(TaskState.LEASED)
-    with pytest.raises(RuntimeError), transaction.atomic():
-        task.move(t, TaskState.LEASED, TaskState.COMMITTED, owner="w1", lease_token=7)
-        raise RuntimeError("the commit of the observation failed")
+@pytest.mark.parametrize("target", sorted(_TASK_OUTCOMES))
+def test_an_import_is_fenced_by_the_job_and_the_token(target):
+    t, job = task_in(TaskState.REMOTE)
+    other = RemoteJob.objects.create(
+        attempt=Attempt.objects.create(task=t, run_id=t.run_id, outcome="submitted"),
+        run_id=t.run_id,
+        provider="messora",
+        kind="batch",
+    )
+    run_obj = Run.objects.select_related("dataset").get(pk=t.run_id)
+    stale = remote._claimed_for(t, run_obj, job)
+    stale.lease_token = 6
+    for holder, claimed in [
+        (leases.Holder.job(other.pk), remote._claimed_for(t, run_obj, job)),
+        (leases.Holder.job(job.pk), stale),
+        (leases.WORKER, remote._claimed_for(t, run_obj, job)),
+    ]:
+        summary = leases.commit_outcomes("w1", [claimed], [_OUTCOME_FOR[target]], holder=holder)
+        assert summary.lost == [t.pk]
     t.refresh_from_db()
-    assert t.state == TaskState.LEASED
-    assert counters.by_state(t.run_id) == {TaskState.LEASED: 1}
+    assert (t.state, t.remote_job_id) == (TaskState.REMOTE, job.pk)
+    assert not Observation.objects.filter(source_task=t).exists()
+
+
+def test_a_task_in_remote_must_name_its_job():
+    t, _job = task_in(TaskState.PENDING)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Task.objects.filter(pk=t.pk).update(state=TaskState.REMOTE)
 
 
 def test_reset_for_batch_moves_only_terminal_tasks_and_keeps_counters_exact():

@@ -68,7 +68,9 @@ def test_a_worker_killed_after_the_create_call_leaves_an_unknown_job_not_a_dupli
     assert stats(served)["created"] == 1
     assert RemoteJob.objects.count() == 1
     job = RemoteJob.objects.get()
-    assert set(Task.objects.values_list("lease_owner", flat=True)) == {f"remote:{job.pk}"}
+    assert set(Task.objects.values_list("state", "remote_job", "lease_owner")) == {
+        ("remote", job.pk, "")
+    }
 
     # The operator finds the job in the provider's console and attaches it.
     found = next(iter(stats(served)["jobs"]))
