@@ -16,10 +16,6 @@ from recovery.states.task import TaskState
 # Leases ending within this many seconds are flagged "about to expire".
 LEASE_WARNING = timedelta(seconds=30)
 LIMIT = 200
-# TODO(remote): while provider-held tasks are parked as `leased` until year 9000 under the
-# owner "remote:<job pk>", this prefix tells them apart; with TaskState.REMOTE and
-# Task.remote_job they become `state=remote` rows that name their job.
-REMOTE_OWNER = "remote:"
 
 
 @dataclass(slots=True)
@@ -32,7 +28,7 @@ class Lease:
 @dataclass(slots=True)
 class Held:
     task: Task
-    job: RemoteJob | None  # None: the owner names a job that no longer exists
+    job: RemoteJob
 
 
 def _active_runs():
@@ -44,7 +40,6 @@ def _active_runs():
 def live_leases(now: datetime) -> list[Lease]:
     rows = (
         Task.objects.filter(run_id__in=_active_runs(), state=TaskState.LEASED)
-        .exclude(lease_owner__startswith=REMOTE_OWNER)
         .select_related("run__dataset")
         .order_by("lease_until")[:LIMIT]
     )
@@ -59,22 +54,9 @@ def live_leases(now: datetime) -> list[Lease]:
 
 
 def held_by_jobs() -> list[Held]:
-    rows = list(
-        Task.objects.filter(
-            run_id__in=_active_runs(),
-            state=TaskState.LEASED,
-            lease_owner__startswith=REMOTE_OWNER,
-        )
-        .select_related("run__dataset")
+    rows = (
+        Task.objects.filter(run_id__in=_active_runs(), state=TaskState.REMOTE)
+        .select_related("run__dataset", "remote_job")
         .order_by("run_id", "pk")[:LIMIT]
     )
-    wanted = {_job_pk(t.lease_owner) for t in rows} - {None}
-    jobs = RemoteJob.objects.in_bulk(wanted)
-    return [Held(t, jobs.get(_job_pk(t.lease_owner))) for t in rows]
-
-
-def _job_pk(owner: str) -> int | None:
-    try:
-        return int(owner.removeprefix(REMOTE_OWNER))
-    except ValueError:
-        return None
+    return [Held(t, t.remote_job) for t in rows]
