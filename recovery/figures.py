@@ -355,20 +355,17 @@ def awaiting_decision(run_ids: list[int]) -> dict[int, int]:
 
 
 def held_by_jobs(job_ids: list[int]) -> dict[int, int]:
-    """{remote job: tasks it holds} (a job holds its tasks under the owner "remote:<pk>")."""
-    from recovery import remote
-
+    """{remote job: tasks it holds} (the tasks in state `remote` that name the job)."""
     if not job_ids:
         return {}
-    owners = {remote.owner_of(pk): pk for pk in job_ids}
-    # Read at most HELD_CAP rows (a provider job holds one batch of tasks), never a count over
-    # the task table; past the cap the figure is a lower bound.
-    held = Task.objects.filter(state=TaskState.LEASED, lease_owner__in=list(owners)).values_list(
-        "lease_owner", flat=True
+    # Read at most HELD_CAP rows through task_remote_job_idx (a provider job holds one batch
+    # of tasks), never a count over the task table; past the cap the figure is a lower bound.
+    held = Task.objects.filter(state=TaskState.REMOTE, remote_job_id__in=job_ids).values_list(
+        "remote_job_id", flat=True
     )
     counts: dict[int, int] = defaultdict(int)
-    for owner in held[:HELD_CAP]:
-        counts[owners[owner]] += 1
+    for job_pk in held[:HELD_CAP]:
+        counts[job_pk] += 1
     return dict(counts)
 
 

@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recovery import counters, figures, remote, reruns
+from recovery import counters, figures, reruns
 from recovery.models import (
     Attempt,
     RecoveryBatch,
@@ -26,6 +26,7 @@ from recovery.models import (
     ValidationResult,
     WorkerHeartbeat,
 )
+from recovery.states import task as task_states
 from tests.browser.world import make_users, make_world
 from tests.factories import make_dataset, make_run, make_tasks
 
@@ -151,10 +152,7 @@ def test_it_says_how_many_tasks_await_a_reconcile_decision():
     job = RemoteJob.objects.create(
         attempt=attempt, run=run, provider="messora", kind="batch", state="unknown"
     )
-    Task.objects.filter(pk__in=[t.pk for t in held]).update(
-        state="leased", lease_owner=remote.owner_of(job.pk), lease_until=NOW + timedelta(days=1)
-    )
-    counters.record([(run.pk, "p2", "pending", "leased", 10)])
+    task_states.hand_to_job(job, [t.pk for t in held], sources=["pending"])
     _attempts(run, held[0], 1, 20)
     _alive()
     f = _figures(run)
