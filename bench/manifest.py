@@ -7,6 +7,9 @@ loads examples/shop.toml, and in a child process times:
 - `seconds`: `manage.py createrun shop --window bench --manifest FILE` run in-process with
   call_command (read and check every line, canonicalise, hash keys, insert run + tasks +
   counters + audit entry in one transaction, commit). Interpreter start-up is excluded.
+- `view_seconds`: the same manifest uploaded through the dashboard's view (an admin's POST to
+  /datasets/shop/runs with the Django test client: middleware, multipart parsing, the upload
+  spooled to disk, then the same engine function) into window `bench-view`.
 - `floor_seconds`: the same rows (every column createrun wrote, values prepared beforehand)
   inserted with the driver's plain `executemany` (sqlite3 / psycopg) into a copy of
   recovery_task with the same indexes and the same run foreign key, then COMMIT.
@@ -57,6 +60,10 @@ def write_manifest(path: Path, rows: int) -> None:
 def child(manifest: str, rows: int, with_bulk_create: bool) -> dict:
     import django
 
+    # Run as a script, this directory leads sys.path, and bench/dashboard.py would shadow the
+    # dashboard app the upload view lives in.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     django.setup()
     from django.core.management import call_command
     from django.db import connection, transaction
@@ -75,6 +82,7 @@ def child(manifest: str, rows: int, with_bulk_create: bool) -> dict:
     run = Run.objects.get(pk=int(out.getvalue().splitlines()[-1]))
     assert Task.objects.filter(run=run).count() == rows == run.task_total
     assert counters.by_state(run.pk) == {"pending": rows}
+    view_seconds, view_cpu_seconds = through_the_view(manifest, rows)
 
     # The floor's rows: exactly what createrun wrote, prepared before the clock starts.
     dataset = run.dataset
@@ -90,6 +98,8 @@ def child(manifest: str, rows: int, with_bulk_create: bool) -> dict:
         "rows": rows,
         "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3),
+        "view_seconds": round(view_seconds, 3),
+        "view_cpu_seconds": round(view_cpu_seconds, 3),
     }
 
     if connection.vendor == "sqlite":
@@ -124,8 +134,32 @@ def child(manifest: str, rows: int, with_bulk_create: bool) -> dict:
     # The box is shared: a load average far above the core count stretches wall-clock time.
     result["load_average"] = round(load, 1)
     result["cpus"] = os.cpu_count()
-    result["ok"] = seconds < TARGET_SECONDS
+    result["ok"] = seconds < TARGET_SECONDS and view_seconds < TARGET_SECONDS
     return result
+
+
+def through_the_view(manifest: str, rows: int) -> tuple[float, float]:
+    """The same manifest uploaded by an admin on the dashboard (POST /datasets/shop/runs):
+    the whole Django stack, multipart parsing and the spooled upload included."""
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from recovery.models import Run, Task
+
+    admin = User.objects.create_user("bench-admin")
+    admin.groups.add(Group.objects.get(name="admin"))
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(admin)
+    with open(manifest, "rb") as upload:
+        started, cpu = time.perf_counter(), time.process_time()
+        response = client.post(
+            "/datasets/shop/runs", {"window": "bench-view", "manifest": upload}, secure=True
+        )
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    assert response.status_code == 302, (response.status_code, response.get("Location"))
+    run = Run.objects.get(window="bench-view")
+    assert Task.objects.filter(run=run).count() == rows == run.task_total
+    return seconds, cpu_seconds
 
 
 def sqlite_floor(path: str, columns: str, rows: list[tuple]) -> tuple[float, float]:
@@ -144,8 +178,10 @@ def sqlite_floor(path: str, columns: str, rows: list[tuple]) -> tuple[float, flo
     ]
     conn.execute("BEGIN")
     for sql in ddl:
+        # Quoted (Django's DDL) or not (an index a migration writes in raw SQL).
+        sql = re.sub(r'\bON "?recovery_task"?', 'ON "floor_task"', sql)
         sql = sql.replace('"recovery_task"', '"floor_task"')
-        sql = re.sub(r'INDEX "([^"]+)"', r'INDEX "floor_\1"', sql)
+        sql = re.sub(r'INDEX "?(\w+)"?', r'INDEX "floor_\1"', sql)
         conn.execute(sql)
     conn.execute("COMMIT")
     marks = ", ".join(["?"] * len(rows[0]))
