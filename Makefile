@@ -3,13 +3,20 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime-installed
 
 .PHONY: install demo test lint bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The demo needs only the runtime dependencies: a fresh clone's `make demo` skips the test
+# and browser tooling (Playwright alone is a large download) and pip's self-upgrade.
+$(RUNTIME): pyproject.toml
 	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): pyproject.toml $(RUNTIME)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev,browser]"
 	touch $(STAMP)
@@ -18,7 +25,7 @@ $(STAMP): pyproject.toml
 DEMO_PORT ?= 8000
 DEMO_DATA ?= $(if $(SALVAGE_DATA_DIR),$(SALVAGE_DATA_DIR),var)
 
-demo: install
+demo: $(RUNTIME)
 	SALVAGE_INSECURE_DEV_KEY=1 $(BIN)/python manage.py demo --port $(DEMO_PORT) \
 		--data-dir $(DEMO_DATA) $(DEMO_ARGS)
 
