@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNTIME := $(VENV)/.runtime-installed
 
-.PHONY: install demo test lint bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
+.PHONY: install demo test lint soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
 
 install: $(STAMP)
 
@@ -35,6 +35,21 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The recovery drill as a soak: PostgreSQL, SOAK_KILLS random SIGKILLs of workers (on top of
+# the three crash windows and the frozen worker) over a SOAK_TASKS-page run, and a database
+# outage (connections refused, backends terminated) every SOAK_OUTAGE_EVERY seconds. Prints
+# the drill's JSON report on one line; exits 0 only if every property and harm holds.
+SOAK_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+SOAK_TASKS ?= 20000
+SOAK_KILLS ?= 1000
+SOAK_OUTAGE_EVERY ?= 180
+SOAK_OUTAGE_SECONDS ?= 10
+
+soak: install
+	DATABASE_URL=$(SOAK_DATABASE_URL) SALVAGE_INSECURE_DEV_KEY=1 $(BIN)/python manage.py drill \
+		--tasks $(SOAK_TASKS) --kills $(SOAK_KILLS) --timeout 14400 \
+		--db-outage-every $(SOAK_OUTAGE_EVERY) --db-outage-seconds $(SOAK_OUTAGE_SECONDS) --json
 
 bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser
 

@@ -75,6 +75,11 @@ class DrillOptions:
     lease_seconds: int = 4
     timeout: float = 900.0
     keep: bool = False  # keep the scratch directory (logs) for a post-mortem
+    # PostgreSQL only: every this many seconds of the collection, the scratch database refuses
+    # connections and loses every worker's backend for db_outage_seconds (what a restart does
+    # to its clients); 0 = never. The workers must ride it out (recovery.outage).
+    db_outage_every: float = 0.0
+    db_outage_seconds: float = 5.0
 
 
 Echo = Callable[[str], None]
@@ -130,6 +135,8 @@ def child_environment(database_url: str, workdir: Path, options: DrillOptions) -
         # reach the database or Redis on this machine.
         SALVAGE_ALLOWED_NETWORKS="",
         SALVAGE_LEASE_SECONDS=str(options.lease_seconds),
+        # Outages (--db-outage-every) are seconds long: workers probe again within a second.
+        SALVAGE_DB_RETRY_CAP="1",
         # Short backoff so retried pages come back within the drill; Retry-After is honoured
         # up to this cap (the sandbox asks for 2 s).
         SALVAGE_BACKOFF_BASE="0.05",
@@ -170,6 +177,10 @@ def run(options: DrillOptions, *, echo: Echo) -> dict[str, Any]:
                 str(options.workers),
                 "--timeout",
                 str(options.timeout),
+                "--db-outage-every",
+                str(options.db_outage_every),
+                "--db-outage-seconds",
+                str(options.db_outage_seconds),
                 "--json",
             )
             # stdout carries the inner report (one JSON line); stderr (progress) passes through.
@@ -471,8 +482,18 @@ class Drill:
         done_kills: list[dict[str, Any]] = []
         slow: dict[str, Any] = {"ok": False, "paused": None, "tasks_taken_over": 0}
         lost_before = self._lost_leases()
+        outages: list[dict[str, Any]] = []
+        last_outage = time.monotonic()
 
         def on_tick(done: int) -> None:
+            nonlocal last_outage
+            every = self.options.db_outage_every
+            if every and done < total and time.monotonic() - last_outage >= every:
+                refuse_connections(self.options.db_outage_seconds)
+                outages.append(
+                    {"at_terminal_tasks": done, "seconds": self.options.db_outage_seconds}
+                )
+                last_outage = time.monotonic()
             paused = slow.get("child")
             if slow["paused"] is None and done >= slow_at:
                 self._pause_a_lease_holder(slow, done)
@@ -520,6 +541,8 @@ class Drill:
             "finished": finished,
             "kills": len(done_kills),
             "kill_points": done_kills,
+            "db_outages": len(outages),
+            "db_outage_points": outages,
             "slow_worker": slow,
         }
 
@@ -673,6 +696,33 @@ def task_loss_property(
         "unexpected_final_states": sandbox["unexpected_final_states"],
         "unexpected_final_state_examples": sandbox["examples"],
     }
+
+
+def refuse_connections(seconds: float) -> None:
+    """A database outage for the drill's workers (PostgreSQL): the scratch database refuses
+    new connections and every backend but this process's own is terminated, for `seconds`.
+    The server itself stays up (other databases on it are not touched)."""
+    import psycopg
+    from django.db import connection
+    from psycopg import sql
+
+    s = connection.settings_dict
+    connection.ensure_connection()
+    mine = connection.connection.info.backend_pid
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    admin_url = f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/postgres"
+    name = sql.Identifier(s["NAME"])
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(name))
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> %s AND pid <> pg_backend_pid()",
+                [s["NAME"], mine],
+            )
+            time.sleep(seconds)  # the outage itself: the harm is the waiting
+        finally:
+            admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(name))
 
 
 def not_ok(reason: str, **figures: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Exit code 0 only if every property holds; 1 if any fails; 2 on bad input.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--timeout", type=float, default=900.0, help="seconds allowed for each phase"
         )
+        parser.add_argument(
+            "--db-outage-every",
+            type=float,
+            default=0.0,
+            help="PostgreSQL: a database outage every this many seconds of collection (0: none)",
+        )
+        parser.add_argument(
+            "--db-outage-seconds", type=float, default=5.0, help="how long each outage lasts"
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
             "--keep", action="store_true", help="keep the scratch directory and its logs"
@@ -40,6 +50,12 @@ class Command(BaseCommand):
             raise CommandError("--kills: must not be negative", returncode=2)
         if options["workers"] < 2:
             raise CommandError("--workers: at least 2 (one is paused by the drill)", returncode=2)
+        if options["db_outage_every"] < 0 or options["db_outage_seconds"] <= 0:
+            raise CommandError("--db-outage-every/--db-outage-seconds: positive", returncode=2)
+        if options["db_outage_every"] and not os.environ.get("DATABASE_URL", "").startswith(
+            "postgres"
+        ):
+            raise CommandError("--db-outage-every needs PostgreSQL (DATABASE_URL)", returncode=2)
         opts = drill.options_from(options)
 
         def echo(message: str) -> None:
