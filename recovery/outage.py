@@ -59,6 +59,22 @@ def close_connections() -> None:
             conn.connection = None
 
 
+def close_broken_connections(**_signal: object) -> int:
+    """Close this thread's connections whose driver connection is broken or closed (psycopg
+    marks them when a query meets a dead server); returns how many. Django's own check only
+    looks at connections that raised through its wrappers."""
+    closed = 0
+    for conn in connections.all(initialized_only=True):
+        raw = conn.connection
+        if raw is not None and (getattr(raw, "broken", False) or getattr(raw, "closed", False)):
+            try:
+                conn.close()
+            except Exception:
+                conn.connection = None
+            closed += 1
+    return closed
+
+
 class OutageGuard:
     """Runs the steps of one loop; see the module docstring."""
 
