@@ -208,3 +208,33 @@ def test_qcluster_and_dispatch_ride_out_an_outage_and_finish_the_run_exactly_onc
     log = cluster.log_path.read_text()
     failed = log.count("Failed 'recovery.tasks.run_batch_task'")
     assert failed <= 2 * 2, log[-4000:]  # two worker processes, one outage (+ a reconnect race)
+
+
+def status_of(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_readyz_is_503_during_an_outage_and_200_after_while_healthz_stays_200(
+    postgres_only, tmp_path
+):
+    from recovery import demo
+    from recovery.processes import free_port, http_ok
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
+        web = supervisor.start("web", demo.gunicorn_command(port), env=child_env())
+        wait_until(lambda: http_ok(f"{base}/healthz"), timeout=60, what="the web server")
+        assert status_of(f"{base}/readyz") == 200
+        with database_outage():
+            wait_until(lambda: status_of(f"{base}/readyz") == 503, timeout=20, what="503")
+            assert status_of(f"{base}/healthz") == 200  # liveness never touches the database
+        wait_until(lambda: status_of(f"{base}/readyz") == 200, timeout=30, what="ready again")
+        assert web.alive()
