@@ -202,6 +202,7 @@ class WorkerFilter(SearchFilterSet):
         method="filter_status",
         choices=[*liveness.Status.choices, ("all", "any, gone too")],
         empty_label="alive or stale",
+        label="Status",
     )
     kind = django_filters.ChoiceFilter(
         choices=_blank(liveness.WorkerKind.choices), empty_label="any"

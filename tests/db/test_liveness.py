@@ -133,6 +133,7 @@ def test_the_workers_page_shows_status_legend_and_tasks_held_by_a_provider_job(s
 
     assert "w-alive" in page and "w-stale" in page
     assert "w-gone" not in page  # by default: the processes that may still be running
+    assert "[invalid name]" not in page  # every filter has its label
     assert "a heartbeat in the last 10 s" in page  # the legend states the thresholds
     assert "no heartbeat for 60 s" in page
     text = re.sub(r"<[^>]+>", "", page)
