@@ -3,11 +3,19 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 RUNTIME := $(VENV)/.runtime-installed
 
-.PHONY: install demo test lint soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
+.PHONY: install install-bench demo test lint soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
 
 install: $(STAMP)
+
+# Scrapy, the peer in the scraping benchmark (CI installs it too, for the bench smoke tests).
+install-bench: $(BENCH_STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev,browser,bench]"
+	touch $(BENCH_STAMP)
 
 # The demo needs only the runtime dependencies: a fresh clone's `make demo` skips the test
 # and browser tooling (Playwright alone is a large download) and pip's self-upgrade.
@@ -51,6 +59,7 @@ soak: install
 		--tasks $(SOAK_TASKS) --kills $(SOAK_KILLS) --timeout 14400 \
 		--db-outage-every $(SOAK_OUTAGE_EVERY) --db-outage-seconds $(SOAK_OUTAGE_SECONDS) --json
 
+# Each bench ends with one JSON line, "headline": false when the box was busy (bench/README.md).
 bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser
 
 bench-manifest: install
@@ -59,8 +68,7 @@ bench-manifest: install
 bench-claim: install
 	$(BIN)/python bench/claim.py
 
-bench-scrape: install
-	$(BIN)/pip install --quiet -e ".[bench]"
+bench-scrape: install-bench
 	$(BIN)/python bench/scrape.py
 
 bench-export: install

@@ -1,19 +1,23 @@
-"""Claim -> commit throughput: the engine (noop provider) against the raw-SQL floor, one run.
+"""Claim -> commit throughput: the engine (noop provider) against two raw-SQL floors, one run.
 
-For each database and worker count, the same number of processes first run the *floor*
-(seed 002's claim and commit statements with psycopg / sqlite3 directly, batch 50, on bare
-tables without foreign keys) and then the *engine* (recovery.worker.run_batch with the noop
-provider: claim, provider call on the event loop, fenced commit with Attempt, observation
-upsert, counters and worker heartbeat). Each measurement reloads the tasks, starts the
-processes, waits until all are ready, then counts tasks committed inside a common window
-after a warm-up. Repetitions alternate floor and engine; the ratio is engine / floor, paired
-per repetition, and the median is reported.
+For each database and worker count, the same number of processes run, in ABC / CBA order
+across repetitions:
+- the *bare floor* (headline): seed 002's claim and commit statements with psycopg / sqlite3
+  directly, batch 50, on bare two-index tables the bench creates (bench/bare_floor.py);
+- the *schema floor* (second figure): the same statements on the product's own tables, with
+  their indexes and deferred foreign keys (engine / schema floor = the engine's own cost);
+- the *engine*: recovery.worker.run_batch with the noop provider (claim, provider call on the
+  event loop, fenced commit with Attempt, observation upsert, counters, worker heartbeat).
+Each measurement reloads the tasks, starts the processes, waits until all are ready, then
+counts tasks committed inside a common window after a warm-up. `ratio` = engine / bare floor,
+paired per repetition, median reported; CPU per task includes PostgreSQL's backends.
 
-    make bench-claim                       # PostgreSQL 1, 2, 4 workers and SQLite 1, 2
-    .venv/bin/python bench/claim.py --reps 5 --seconds 8
+    make bench-claim                       # PostgreSQL 1, 2 workers and SQLite 1, 2
+    .venv/bin/python bench/claim.py --reps 4 --seconds 8
     .venv/bin/python bench/claim.py --pg-url postgres://postgres@127.0.0.1:5432/postgres
 
-The last line of output is one JSON object: {"bench": "claim", "results": [...]}.
+The last line of output is one JSON object: {"bench": "claim", "results": [...],
+"loadavg_before", "loadavg_after", "headline", ...} (bench/loadwatch.py).
 PostgreSQL is skipped (with a note) when it is unreachable; SQLite always runs.
 """
 
@@ -36,96 +40,14 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from bare_floor import LEASE, PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA, SQLITE_NOW, PgBare, SqliteBare
+from loadwatch import LoadWatch
+
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 50
-LEASE = 300
-SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 SQLITE_LATER = f"strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds')"
 
-# --- the floor: seed 002's statements on bare tables -------------------------------------------
-
-PG_FLOOR_SCHEMA = """
-DROP TABLE IF EXISTS floor_tasks, floor_attempts, floor_observations;
-CREATE TABLE floor_tasks (
-    task_key text PRIMARY KEY, state text NOT NULL, priority int NOT NULL DEFAULT 0,
-    next_attempt_at timestamptz NOT NULL, lease_owner text, lease_until timestamptz,
-    lease_token bigint NOT NULL DEFAULT 0, attempt_count int NOT NULL DEFAULT 0, url text NOT NULL
-);
-CREATE INDEX floor_claim_idx ON floor_tasks (priority DESC, next_attempt_at)
-    WHERE state IN ('pending', 'retry_wait', 'leased');
-CREATE TABLE floor_attempts (
-    attempt_id uuid PRIMARY KEY, task_key text NOT NULL, outcome text NOT NULL,
-    http_status int, payload_hash text, worker text, lease_token bigint
-);
-CREATE INDEX floor_attempts_task ON floor_attempts (task_key);
-CREATE TABLE floor_observations (
-    observation_key text PRIMARY KEY, entity_key text NOT NULL, collection_window text NOT NULL,
-    payload jsonb NOT NULL, payload_hash text NOT NULL, source_task_key text NOT NULL
-);
-"""
-
-PG_FLOOR_CLAIM = f"""
-UPDATE floor_tasks AS t SET state = 'leased', lease_owner = %s,
-    lease_until = now() + interval '{LEASE} seconds',
-    next_attempt_at = now() + interval '{LEASE} seconds',
-    lease_token = t.lease_token + 1, attempt_count = t.attempt_count + 1
-FROM (
-    SELECT task_key FROM floor_tasks
-    WHERE state IN ('pending', 'retry_wait', 'leased') AND next_attempt_at <= now()
-    ORDER BY priority DESC, next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED
-) AS c
-WHERE t.task_key = c.task_key
-RETURNING t.task_key, t.lease_token, t.url
-"""
-PG_FLOOR_FENCE = (
-    "UPDATE floor_tasks SET state = 'committed', lease_owner = NULL, lease_until = NULL "
-    "WHERE task_key = %s AND lease_owner = %s AND lease_token = %s RETURNING task_key"
-)
-PG_FLOOR_ATTEMPT = (
-    "INSERT INTO floor_attempts (attempt_id, task_key, outcome, http_status, payload_hash, "
-    "worker, lease_token) VALUES (%s, %s, 'accepted', 200, %s, %s, %s)"
-)
-PG_FLOOR_OBSERVATION = (
-    "INSERT INTO floor_observations (observation_key, entity_key, collection_window, payload, "
-    "payload_hash, source_task_key) VALUES (%s, %s, 'w', %s, %s, %s) "
-    "ON CONFLICT (observation_key) DO UPDATE SET payload = EXCLUDED.payload, "
-    "payload_hash = EXCLUDED.payload_hash, source_task_key = EXCLUDED.source_task_key "
-    "WHERE floor_observations.payload_hash <> EXCLUDED.payload_hash"
-)
-
-SQLITE_FLOOR_SCHEMA = """
-DROP TABLE IF EXISTS floor_tasks; DROP TABLE IF EXISTS floor_attempts;
-DROP TABLE IF EXISTS floor_observations;
-CREATE TABLE floor_tasks (
-    task_key text PRIMARY KEY, state text NOT NULL, priority int NOT NULL DEFAULT 0,
-    next_attempt_at text NOT NULL, lease_owner text, lease_until text,
-    lease_token integer NOT NULL DEFAULT 0, attempt_count integer NOT NULL DEFAULT 0,
-    url text NOT NULL
-);
-CREATE INDEX floor_claim_idx ON floor_tasks (priority DESC, next_attempt_at)
-    WHERE state IN ('pending', 'retry_wait', 'leased');
-CREATE TABLE floor_attempts (
-    attempt_id text PRIMARY KEY, task_key text NOT NULL, outcome text NOT NULL,
-    http_status int, payload_hash text, worker text, lease_token integer
-);
-CREATE INDEX floor_attempts_task ON floor_attempts (task_key);
-CREATE TABLE floor_observations (
-    observation_key text PRIMARY KEY, entity_key text NOT NULL, collection_window text NOT NULL,
-    payload text NOT NULL, payload_hash text NOT NULL, source_task_key text NOT NULL
-);
-"""
-SQLITE_FLOOR_CLAIM = f"""
-UPDATE floor_tasks SET state = 'leased', lease_owner = ?,
-    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds'),
-    next_attempt_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds'),
-    lease_token = lease_token + 1, attempt_count = attempt_count + 1
-WHERE task_key IN (
-    SELECT task_key FROM floor_tasks
-    WHERE state IN ('pending', 'retry_wait', 'leased') AND next_attempt_at <= {SQLITE_NOW}
-    ORDER BY priority DESC, next_attempt_at LIMIT ?
-)
-RETURNING task_key, lease_token, url
-"""
+# --- the floor: seed 002's statements on bare tables (bench/bare_floor.py) ------------------
 
 
 def _work(task_key: str, url: str) -> tuple[str, str, str]:
@@ -138,80 +60,33 @@ def _work(task_key: str, url: str) -> tuple[str, str, str]:
 
 
 class PgFloor:
-    def backend_pid(self) -> int | None:
-        return self.conn.info.backend_pid
-
     def __init__(self, url: str, worker: str):
-        import psycopg
+        self.bare = PgBare(url, worker)
+        self.conn, self.worker = self.bare.conn, worker
 
-        self.conn = psycopg.connect(url, autocommit=True)
-        self.worker = worker
+    def backend_pid(self) -> int | None:
+        return self.bare.backend_pid()
 
     def step(self, batch: int) -> int:
-        with self.conn.cursor() as cur:
-            cur.execute(PG_FLOOR_CLAIM, [self.worker, batch])
-            claimed = cur.fetchall()
+        claimed = self.bare.claim(batch)
         if not claimed:
             return -1
-        work = [(key, token, *_work(key, url)) for key, token, url in claimed]
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            # Fence first: a stale worker writes nothing (same order as the engine).
-            cur.executemany(
-                PG_FLOOR_FENCE, [(k, self.worker, t) for k, t, *_ in work], returning=True
-            )
-            fenced = set()
-            while True:
-                row = cur.fetchone()
-                if row:
-                    fenced.add(row[0])
-                if not cur.nextset():
-                    break
-            won = [w for w in work if w[0] in fenced]
-            cur.executemany(
-                PG_FLOOR_ATTEMPT, [(uuid.uuid4(), k, h, self.worker, t) for k, t, _p, h, _o in won]
-            )
-            cur.executemany(PG_FLOOR_OBSERVATION, [(o, k, p, h, k) for k, _t, p, h, o in won])
-        return len(won)
+        return self.bare.commit([(key, token, *_work(key, url)) for key, token, url in claimed])
 
 
 class SqliteFloor:
+    def __init__(self, path: str, worker: str):
+        self.bare = SqliteBare(path, worker)
+        self.conn, self.worker = self.bare.conn, worker
+
     def backend_pid(self) -> int | None:
         return None  # in-process: the client's CPU is all of it
 
-    def __init__(self, path: str, worker: str):
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=60)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.worker = worker
-
     def step(self, batch: int) -> int:
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        claimed = cur.execute(SQLITE_FLOOR_CLAIM, [self.worker, batch]).fetchall()
-        cur.execute("COMMIT")
+        claimed = self.bare.claim(batch)
         if not claimed:
             return -1
-        work = [(key, token, *_work(key, url)) for key, token, url in claimed]
-        cur.execute("BEGIN IMMEDIATE")
-        won = []
-        for w in work:
-            cur.execute(
-                "UPDATE floor_tasks SET state = 'committed', lease_owner = NULL, "
-                "lease_until = NULL WHERE task_key = ? AND lease_owner = ? AND lease_token = ? "
-                "RETURNING task_key",
-                (w[0], self.worker, w[1]),
-            )
-            if cur.fetchall():
-                won.append(w)
-        cur.executemany(
-            PG_FLOOR_ATTEMPT.replace("%s", "?"),
-            [(uuid.uuid4().hex, k, h, self.worker, t) for k, t, _p, h, _o in won],
-        )
-        cur.executemany(
-            PG_FLOOR_OBSERVATION.replace("%s", "?"), [(o, k, p, h, k) for k, _t, p, h, o in won]
-        )
-        cur.execute("COMMIT")
-        return len(won)
+        return self.bare.commit([(key, token, *_work(key, url)) for key, token, url in claimed])
 
 
 # The same seed statements on the product's own tables (recovery_task, recovery_attempt,
@@ -518,7 +393,9 @@ def backend_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool, float]:
+def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool, float, float]:
+    """(tasks/s in the window, ran dry, CPU ms per task of the workers and their database
+    backends, of which the backends' share)."""
     ctx = mp.get_context("spawn")  # children set up Django themselves, from the environment
     ready, results = ctx.Queue(), ctx.Queue()
     go_at = ctx.Value("d", 0.0)
@@ -545,65 +422,86 @@ def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bo
     client = sum(cpu[0] for *_x, cpu in got)
     server = sum(cpu[1] for *_x, cpu in got)
     per_task = (client + server) * 1000 / total if total else 0.0
-    return total / window, any(dry for _i, _c, dry, _cpu in got), per_task
+    server_per_task = server * 1000 / total if total else 0.0
+    return total / window, any(dry for _i, _c, dry, _cpu in got), per_task, server_per_task
 
 
 KINDS = ("floor", "schema_floor", "engine")
 
 
+def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
+    """One row of figures from paired repetitions: samples[i][kind] = (tasks/s, CPU ms/task,
+    database backends' CPU ms/task) of repetition i. Every ratio is taken within a
+    repetition, then the median over repetitions is reported."""
+    med = statistics.median
+
+    def rate(kind: str) -> float:
+        return round(med(s[kind][0] for s in samples), 1)
+
+    def cpu(kind: str, i: int) -> float:
+        return round(med(s[kind][i] for s in samples), 3)
+
+    def paired(a: str, b: str, i: int = 0) -> list[float]:
+        return [s[a][i] / s[b][i] if s[b][i] else 0.0 for s in samples]
+
+    bare = paired("engine", "floor")
+    return {
+        "db": db,
+        "workers": workers,
+        "batch": BATCH,
+        "engine_per_s": rate("engine"),
+        # The headline: against the seed's statements on bare two-index tables.
+        "bare_floor_per_s": rate("floor"),
+        "ratio": round(med(bare), 3),
+        "ratio_min": round(min(bare), 3),
+        "ratio_max": round(max(bare), 3),
+        # Second figure: the same statements on the product's own tables (its indexes and
+        # deferred foreign keys), so engine / schema floor is the engine's own cost.
+        "schema_floor_per_s": rate("schema_floor"),
+        "ratio_schema": round(med(paired("engine", "schema_floor")), 3),
+        # CPU per task: the worker processes plus, on PostgreSQL, their backends.
+        "engine_cpu_ms_per_task": cpu("engine", 1),
+        "bare_floor_cpu_ms_per_task": cpu("floor", 1),
+        "schema_floor_cpu_ms_per_task": cpu("schema_floor", 1),
+        "cpu_ratio": round(med(paired("engine", "floor", 1)), 3),
+        # PostgreSQL's backends alone (0 on SQLite, which runs in the worker process).
+        "engine_db_cpu_ms_per_task": cpu("engine", 2),
+        "bare_floor_db_cpu_ms_per_task": cpu("floor", 2),
+        "db_cpu_ratio": round(med(paired("engine", "floor", 2)), 3),
+        "reps": len(samples),
+        "ran_dry": dry,
+    }
+
+
 def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> list[dict]:
     results = []
     for workers in configs:
-        rates: dict[str, list[float]] = {k: [] for k in KINDS}
-        cpu: dict[str, list[float]] = {k: [] for k in KINDS}
-        ratios, ratios_bare, dry = [], [], False
+        samples: list[dict] = []
+        dry = False
         for rep in range(reps):
-            pair = {}
-            # Rotate the order so no kind always runs first (or last) on a drifting machine.
-            order = KINDS[rep % 3 :] + KINDS[: rep % 3]
+            sample = {}
+            # ABC then CBA: a load that drifts during a repetition favours no kind.
+            order = KINDS if rep % 2 == 0 else tuple(reversed(KINDS))
             for kind in order:
                 load(target, n_tasks)
-                rate, ran_dry, cpu_ms = measure(kind, db, target, workers, BATCH, warmup, window)
+                rate, ran_dry, cpu_ms, db_ms = measure(
+                    kind, db, target, workers, BATCH, warmup, window
+                )
                 dry = dry or ran_dry
-                pair[kind] = rate
-                cpu[kind].append(cpu_ms)
+                sample[kind] = (rate, cpu_ms, db_ms)
                 log(
                     f"{db} workers={workers} rep={rep + 1} {kind}: {rate:,.0f} tasks/s, "
-                    f"{cpu_ms:.3f} CPU ms/task"
+                    f"{cpu_ms:.3f} CPU ms/task ({db_ms:.3f} of it the database backends), "
+                    f"load {os.getloadavg()[0]:.2f}"
                 )
-            for kind in KINDS:
-                rates[kind].append(pair[kind])
-            ratios.append(pair["engine"] / pair["schema_floor"] if pair["schema_floor"] else 0)
-            ratios_bare.append(pair["engine"] / pair["floor"] if pair["floor"] else 0)
-        results.append(
-            {
-                "db": db,
-                "workers": workers,
-                "batch": BATCH,
-                "engine_per_s": round(statistics.median(rates["engine"]), 1),
-                # The seed's statements on the product's own tables (same indexes and keys).
-                "floor_per_s": round(statistics.median(rates["schema_floor"]), 1),
-                "ratio": round(statistics.median(ratios), 3),
-                "ratio_min": round(min(ratios), 3),
-                "ratio_max": round(max(ratios), 3),
-                # The seed's statements on bare tables (no foreign keys, two indexes).
-                "bare_floor_per_s": round(statistics.median(rates["floor"]), 1),
-                "ratio_bare": round(statistics.median(ratios_bare), 3),
-                # CPU per task (the worker processes plus, on PostgreSQL, their backends): far
-                # less sensitive than tasks/s to other load on a shared machine.
-                "engine_cpu_ms_per_task": round(statistics.median(cpu["engine"]), 3),
-                "floor_cpu_ms_per_task": round(statistics.median(cpu["schema_floor"]), 3),
-                "bare_floor_cpu_ms_per_task": round(statistics.median(cpu["floor"]), 3),
-                "reps": reps,
-                "ran_dry": dry,
-            }
-        )
+            samples.append(sample)
+        results.append(summarise(db, workers, samples, dry))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=4, help="even, for the ABC/CBA order")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--tasks", type=int, default=80_000, help="tasks loaded per measure")
@@ -612,7 +510,7 @@ def main() -> None:
         default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
         help="an admin connection; the bench creates and drops its own database",
     )
-    parser.add_argument("--pg-workers", default="1,2,4")
+    parser.add_argument("--pg-workers", default="1,2")
     parser.add_argument("--sqlite-workers", default="1,2")
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
@@ -621,6 +519,11 @@ def main() -> None:
     def log(message: str) -> None:
         print(message, flush=True)
 
+    pg_configs = [] if args.skip_pg else [int(x) for x in args.pg_workers.split(",") if x]
+    sqlite_configs = (
+        [] if args.skip_sqlite else [int(x) for x in args.sqlite_workers.split(",") if x]
+    )
+    watch = LoadWatch(own_processes=max(pg_configs + sqlite_configs, default=1))
     work_dir = Path(tempfile.mkdtemp(prefix="salvage-bench-claim-"))
     base_env = dict(os.environ)
     base_env.update(
@@ -653,12 +556,11 @@ def main() -> None:
                     prepare_engine_database(bench_url, env)
                     pg_admin(bench_url, PG_FLOOR_SCHEMA)
                     os.environ.update(env)
-                    configs = [int(x) for x in args.pg_workers.split(",") if x]
                     results += run_suite(
                         "postgresql",
                         bench_url,
                         pg_load,
-                        configs,
+                        pg_configs,
                         args.reps,
                         args.warmup,
                         args.seconds,
@@ -676,12 +578,11 @@ def main() -> None:
             conn.executescript(SQLITE_FLOOR_SCHEMA)
             conn.close()
             os.environ.update(env)
-            configs = [int(x) for x in args.sqlite_workers.split(",") if x]
             results += run_suite(
                 "sqlite",
                 str(path),
                 sqlite_load,
-                configs,
+                sqlite_configs,
                 args.reps,
                 args.warmup,
                 args.seconds,
@@ -693,13 +594,20 @@ def main() -> None:
     for r in results:
         log(
             f"{r['db']:>10} workers={r['workers']} batch={r['batch']}: engine "
-            f"{r['engine_per_s']:,.0f}/s, floor {r['floor_per_s']:,.0f}/s, ratio {r['ratio']} "
-            f"[{r['ratio_min']}-{r['ratio_max']}]; bare floor {r['bare_floor_per_s']:,.0f}/s, "
-            f"ratio {r['ratio_bare']}; CPU ms/task engine {r['engine_cpu_ms_per_task']}, "
-            f"floor {r['floor_cpu_ms_per_task']}, bare {r['bare_floor_cpu_ms_per_task']}"
-            + (" (ran dry!)" if r["ran_dry"] else "")
+            f"{r['engine_per_s']:,.0f}/s, bare floor {r['bare_floor_per_s']:,.0f}/s, ratio "
+            f"{r['ratio']} [{r['ratio_min']}-{r['ratio_max']}]; schema floor "
+            f"{r['schema_floor_per_s']:,.0f}/s, ratio {r['ratio_schema']}; CPU ms/task engine "
+            f"{r['engine_cpu_ms_per_task']}, bare {r['bare_floor_cpu_ms_per_task']} "
+            f"(x{r['cpu_ratio']}); database backends' CPU ms/task engine "
+            f"{r['engine_db_cpu_ms_per_task']}, bare {r['bare_floor_db_cpu_ms_per_task']} "
+            f"(x{r['db_cpu_ratio']})" + (" (ran dry!)" if r["ran_dry"] else "")
         )
-    print(json.dumps({"bench": "claim", "results": results, "notes": notes}), flush=True)
+    summary = {"bench": "claim", "results": results, "notes": notes, **watch.finish()}
+    if any(r["ran_dry"] for r in results):  # a worker idled inside the window: rates too low
+        summary["headline"] = False
+        summary["headline_reason"] = "a worker ran out of tasks inside the window (--tasks)"
+    summary["command"] = " ".join(["python", "bench/claim.py", *sys.argv[1:]])
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

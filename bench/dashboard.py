@@ -14,8 +14,10 @@
 3. EXPLAINs every query of each page on the large run and fails if any reads recovery_task or
    recovery_attempt with a sequential scan.
 4. Prints one line per page and, last, one JSON line:
-   {"bench": "dashboard", "results": [{"page", "ms_10k", "ms_1m", "growth"}], ...}
-   growth = ms_1m / ms_10k; the target is at most 2.
+   {"bench": "dashboard", "results": [{"page", "ms_10k", "ms_1m", "growth"}],
+   "loadavg_before", "loadavg_after", "headline", ...}
+   growth = ms_1m / ms_10k (the "10k"/"1m" labels are the --small/--large runs); the target
+   is at most 2. The load average and headline verdict: bench/loadwatch.py.
 """
 
 from __future__ import annotations
@@ -142,6 +144,10 @@ def main() -> int:
     parser.add_argument("--pg-name", default="salvage_bench_dashboard")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
+    # Imported here: tests/db/test_dashboard_scale.py imports this file for generate().
+    from loadwatch import LoadWatch
+
+    watch = LoadWatch(own_processes=1)
 
     os.environ["DATABASE_URL"] = scratch_database(args.pg_name)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
@@ -246,9 +252,11 @@ def main() -> int:
                 "reps": args.reps,
                 "target_growth": 2.0,
                 "python": platform.python_version(),
-                "cpus": os.cpu_count(),
+                **watch.finish(),
+                "command": " ".join(["python", "bench/dashboard.py", *sys.argv[1:]]),
             }
-        )
+        ),
+        flush=True,
     )
     ok = not failures and all(r["growth"] <= 2.0 for r in results)
     return 0 if ok else 1

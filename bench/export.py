@@ -14,12 +14,15 @@
    both sides), its standard output read and counted by this script, and its own peak RSS taken
    from os.wait4's rusage. Every size gets one unmeasured COPY first, so the table is warm.
 3. Prints one line per measurement and, last, one JSON line:
-   {"bench": "export", "results": [{"rows", "format", "mb_per_s", "copy_mb_per_s", "ratio",
-   "peak_rss_mb", ...}], ...}
-   mb_per_s is the product's output bytes / seconds; ratio = mb_per_s / copy_mb_per_s of the
-   same repetition (median over repetitions). ratio_excl_startup subtracts the command's
-   start-up (the median time of exporting an empty accepted run). Targets: ratio >= 0.4 and
-   peak RSS flat from 100,000 to 1,000,000 rows.
+   {"bench": "export", "results": [{"rows", "format", "rows_per_s", "copy_rows_per_s",
+   "ratio", "mb_per_s", "copy_mb_per_s", "mb_ratio", "peak_rss_mb", "rss_growth", ...}],
+   "loadavg_before", "loadavg_after", "headline", ...}
+   ratio = the export's rows/s / COPY's rows/s of the same repetition (the same rows, so it
+   is COPY's seconds / the export's seconds), median over repetitions: the headline. Bytes
+   are a second figure only (mb_ratio), since the export writes more bytes per row than COPY
+   (provenance columns). ratio_excl_startup subtracts the command's start-up (the median time
+   of exporting an empty accepted run). rss_growth = peak RSS at the largest size / at the
+   smallest (flat memory: about 1). Targets: ratio >= 0.5 at 1,000,000 rows, memory flat.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -139,6 +144,64 @@ def generate(run_id: int, dataset: str, window: str, n: int) -> None:
         cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
 
 
+def pair(got: dict, copy: dict) -> dict:
+    """One export measurement with the COPY of the same rows in the same repetition:
+    ratio = rows/s over rows/s (the same rows, so COPY's seconds / the export's); MB/s of
+    each side's own output and their ratio as the second figure."""
+    mbs = got["bytes"] / 1e6 / got["seconds"]
+    copy_mbs = copy["bytes"] / 1e6 / copy["seconds"]
+    return {
+        **got,
+        "ratio": copy["seconds"] / got["seconds"],
+        "mb_per_s": mbs,
+        "copy_mb_per_s": copy_mbs,
+        "mb_ratio": mbs / copy_mbs,
+        "copy_seconds": copy["seconds"],
+        "copy_bytes": copy["bytes"],
+    }
+
+
+def summarise(samples: dict[tuple[int, str], list[dict]], startup: float) -> list[dict]:
+    """One row per (rows, format) from paired measurements, medians over repetitions, and
+    rss_growth per format = peak RSS at the largest size / at the smallest."""
+    med = statistics.median
+    results = []
+    for (n, fmt), got in sorted(samples.items()):
+        # The same ratio without the command's start-up (psql's is ~0.06 s, left in); only
+        # where the start-up is well below the export's time (a loaded box can stretch the
+        # start-up past it, and the difference would be noise).
+        streamed = [
+            g["copy_seconds"] / (g["seconds"] - startup)
+            for g in got
+            if g["seconds"] - startup > 0.2 * g["seconds"]
+        ]
+        results.append(
+            {
+                "rows": n,
+                "format": fmt,
+                "rows_per_s": round(n / med(g["seconds"] for g in got)),
+                "copy_rows_per_s": round(n / med(g["copy_seconds"] for g in got)),
+                "ratio": round(med(g["ratio"] for g in got), 3),
+                "ratio_excl_startup": round(med(streamed), 3) if streamed else None,
+                "startup_s": round(startup, 2),
+                "mb_per_s": round(med(g["mb_per_s"] for g in got), 1),
+                "copy_mb_per_s": round(med(g["copy_mb_per_s"] for g in got), 1),
+                "mb_ratio": round(med(g["mb_ratio"] for g in got), 3),
+                "bytes_per_row": round(got[0]["bytes"] / n, 1) if n else None,
+                "copy_bytes_per_row": round(got[0]["copy_bytes"] / n, 1) if n else None,
+                "peak_rss_mb": round(max(g["peak_rss_mb"] for g in got), 1),
+                "reps": len(got),
+            }
+        )
+    for fmt in {r["format"] for r in results}:
+        rss = {r["rows"]: r["peak_rss_mb"] for r in results if r["format"] == fmt}
+        growth = round(rss[max(rss)] / rss[min(rss)], 3)
+        for r in results:
+            if r["format"] == fmt:
+                r["rss_growth"] = growth
+    return results
+
+
 # A small launcher process starts the measured command and reports that command's own rusage:
 # a child forked straight from this (large) process would count our pages in its peak RSS.
 _LAUNCHER = """
@@ -194,6 +257,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    watch = LoadWatch(own_processes=2)  # the export (or psql) and its database backend
 
     if args.reuse:
         url = urlunsplit(urlsplit(server_url())._replace(path=f"/{args.pg_name}"))
@@ -288,62 +352,43 @@ def main() -> int:
             copy_mbs = copy["bytes"] / 1e6 / copy["seconds"]
             print(
                 f"rep {rep} {n:>9,} rows  COPY   {copy['seconds']:7.2f} s "
-                f"{copy_mbs:7.1f} MB/s  rss {copy['peak_rss_mb']:6.1f} MB",
+                f"{n / copy['seconds']:9,.0f} rows/s  {copy_mbs:7.1f} MB/s  "
+                f"rss {copy['peak_rss_mb']:6.1f} MB",
                 flush=True,
             )
             fmts = FORMATS if rep % 2 == 0 else tuple(reversed(FORMATS))
             for fmt in fmts:
-                got = measure(export_argv(runs[n], fmt), child_env, report)
-                mbs = got["bytes"] / 1e6 / got["seconds"]
-                got.update(mb_per_s=mbs, copy_mb_per_s=copy_mbs, ratio=mbs / copy_mbs)
-                got["copy_seconds"] = copy["seconds"]
-                got["copy_bytes"] = copy["bytes"]
+                got = pair(measure(export_argv(runs[n], fmt), child_env, report), copy)
+                mbs = got["mb_per_s"]
                 samples.setdefault((n, fmt), []).append(got)
                 print(
                     f"rep {rep} {n:>9,} rows  {fmt:<6} {got['seconds']:7.2f} s "
-                    f"{mbs:7.1f} MB/s  ratio {got['ratio']:.2f}  "
+                    f"{n / got['seconds']:9,.0f} rows/s  ratio {got['ratio']:.2f}  "
+                    f"{mbs:7.1f} MB/s (x{got['mb_ratio']:.2f})  "
                     f"rss {got['peak_rss_mb']:6.1f} MB  cpu {got['cpu_s']:.1f} s",
                     flush=True,
                 )
 
-    results = []
     startup = statistics.median(startups) if startups else 0.0
-    for (n, fmt), got in sorted(samples.items()):
-        med = statistics.median
-        # The same ratio without the command's start-up (psql's is ~0.06 s, left in).
-        streamed = [
-            g["bytes"] / 1e6 / max(g["seconds"] - startup, 1e-3) / g["copy_mb_per_s"] for g in got
-        ]
-        results.append(
-            {
-                "rows": n,
-                "format": fmt,
-                "mb_per_s": round(med(g["mb_per_s"] for g in got), 1),
-                "copy_mb_per_s": round(med(g["copy_mb_per_s"] for g in got), 1),
-                "ratio": round(med(g["ratio"] for g in got), 3),
-                "ratio_excl_startup": round(med(streamed), 3),
-                "startup_s": round(startup, 2),
-                "peak_rss_mb": round(max(g["peak_rss_mb"] for g in got), 1),
-                "rows_per_s": round(n / med(g["seconds"] for g in got)),
-                "copy_rows_per_s": round(n / med(g["copy_seconds"] for g in got)),
-                "bytes": got[0]["bytes"],
-                "copy_bytes": got[0]["copy_bytes"],
-                "reps": len(got),
-            }
-        )
+    results = summarise(samples, startup)
     if not (args.keep or args.reuse):
         drop_database(args.pg_name)
-    print(
-        json.dumps(
-            {
-                "bench": "export",
-                "results": results,
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "loadavg": [round(x, 2) for x in os.getloadavg()],
-            }
+    for r in results:
+        print(
+            f"{r['rows']:>9,} rows {r['format']:<5}: {r['rows_per_s']:,} rows/s against COPY's "
+            f"{r['copy_rows_per_s']:,}, ratio {r['ratio']} ({r['ratio_excl_startup']} without "
+            f"start-up); {r['mb_per_s']} MB/s against {r['copy_mb_per_s']} (x{r['mb_ratio']}); "
+            f"peak RSS {r['peak_rss_mb']} MB (growth x{r['rss_growth']})",
+            flush=True,
         )
-    )
+    summary = {
+        "bench": "export",
+        "results": results,
+        "python": platform.python_version(),
+        **watch.finish(),
+        "command": " ".join(["python", "bench/export.py", *sys.argv[1:]]),
+    }
+    print(json.dumps(summary), flush=True)
     return 0
 
 

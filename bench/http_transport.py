@@ -3,7 +3,8 @@
 Serves the sandbox shop (5 KB product pages) from a separate process on 127.0.0.1, then fetches
 the same pages through recovery.http.Fetcher with each transport (16 in flight, guard, per-host
 gates, size cap, deadline, per-task cookies all active), alternating transports for `--reps`
-rounds. Reports client CPU ms per page and pages/s; ends with one JSON line.
+rounds. Reports client CPU ms per page and pages/s; ends with one JSON line, with the load
+average before and after and the headline verdict (bench/loadwatch.py).
 
     .venv/bin/python bench/http_transport.py [--pages 2000] [--reps 3] [--concurrency 16]
 """
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
+    watch = LoadWatch(own_processes=1)
 
     import django
 
@@ -120,8 +124,10 @@ def main() -> None:
                 "concurrency": args.concurrency,
                 "results": summary,
                 "aiohttp_over_httpcore": round(ratio, 2),
+                **watch.finish(),
             }
-        )
+        ),
+        flush=True,
     )
 
 

@@ -15,7 +15,8 @@ loads examples/shop.toml, and in a child process times:
   recovery_task with the same indexes and the same run foreign key, then COMMIT.
 
 `ratio` = seconds / floor_seconds: what parsing, checking and Django cost above the bare
-insert. The last line of output is one JSON object: {"bench": "manifest", "results": [...]}.
+insert. The last line of output is one JSON object: {"bench": "manifest", "results": [...],
+"loadavg_before", "loadavg_after", "headline", ...} (bench/loadwatch.py).
 
     make bench-manifest                    # = .venv/bin/python bench/manifest.py
     .venv/bin/python bench/manifest.py --rows 100000 --db sqlite --with-bulk-create
@@ -36,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 15.0
@@ -289,6 +292,7 @@ def main() -> int:
 
     results: list[dict] = []
     failed = False
+    watch = LoadWatch(own_processes=1)
     tmp = Path(tempfile.mkdtemp(prefix="salvage-bench-manifest-"))
     try:
         manifest = tmp / "manifest.csv"
@@ -316,7 +320,9 @@ def main() -> int:
                         pg_admin(args.pg_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps({"bench": "manifest", "results": results}))
+    summary = {"bench": "manifest", "results": results, **watch.finish()}
+    summary["command"] = " ".join(["python", "bench/manifest.py", *sys.argv[1:]])
+    print(json.dumps(summary), flush=True)
     return 1 if failed or not all(r.get("ok") for r in results) else 0
 
 

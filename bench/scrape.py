@@ -1,25 +1,33 @@
-"""Scraping throughput: the full Salvage pipeline against Scrapy on the same pages, same run.
+"""Scraping at equal cores: N Salvage workers, tuned Scrapy in N processes, and the floor.
 
-    python bench/scrape.py [--pages 5000] [--workers 2] [--concurrency 16] [--reps 1]
-                           [--dbs postgres,sqlite] [--no-tuned]
+    python bench/scrape.py [--pages 5000] [--workers 2] [--concurrency 16] [--reps 2]
+                           [--dbs postgres,sqlite] [--no-scrapy] [--with-untuned]
 
 1. The sandbox shop runs in its own process (`manage.py sandbox --port 0`, no faults), so it
    is never one of the measured clients. Its capacity is measured first with a quick
    concurrent aiohttp fetch of every page (which also warms its page cache), and its CPU per
-   page is read from /proc during every run: it must be far below either client's.
-2. For each database and repetition, in this order on the same pages:
-   - Scrapy (bench/scrapy_shop.py): CONCURRENT_REQUESTS = the concurrency, CSS-parses the
-     spec's fields and writes JSON lines; and, unless --no-tuned, once more with
-     CONCURRENT_ITEMS=1 (its best setting here);
-   - Salvage: a fresh run of the same manifest (`createrun`), then `--workers` processes of
-     `manage.py work --until-idle`, the concurrency split between them (so both sides have
-     the same number of requests in flight). Each page is fetched, page-checked, extracted
-     and committed durably (attempt + observation + task state) before it counts; the run is
-     checked afterwards (every task committed, one observation per page).
-   Both sides are timed as whole processes, start to exit (interpreter start-up included).
-3. Prints one line per measurement and, last, one JSON line:
-   {"bench": "scrape", "results": [{"db", "workers", "concurrency", "pages_per_s",
-   "scrapy_pages_per_s", "ratio", ...}], ...}; ratio = Salvage / Scrapy of the same pair.
+   page is read from /proc during every run: it must be far below any client's.
+2. For each database and worker count N, every side runs in N processes with the concurrency
+   split between them (16 in flight in total = 8 per process at N = 2), on the same pages:
+   - salvage: a fresh run of the same manifest (`createrun`), then N processes of
+     `manage.py work --until-idle`: fetch, page checks, extraction, and a durable commit per
+     claimed batch of 50 (attempts + observations + task states in one transaction); the run
+     is checked afterwards (every task committed, one observation per page);
+   - scrapy: bench/scrapy_shop.py tuned (CONCURRENT_ITEMS=1: research/perf-baselines.md,
+     section 4), N processes, each crawling every N-th page of the manifest, CSS-parsing the
+     same fields and writing JSON lines (`--with-untuned` adds Scrapy's defaults as a fourth
+     side);
+   - floor: N processes of bench/scrape_floor.py: aiohttp + the product's page checks and
+     fields + claim/commit by 50 on bare two-index tables the bench creates.
+   Sides run in ABC / CBA order across repetitions (paired, so a drifting load favours no
+   side). Each side is timed as whole processes, start to exit (start-up included).
+3. CPU per page = the side's processes' own CPU (rusage) plus, on PostgreSQL, the CPU of the
+   database backends serving them (sampled from /proc); the sandbox's CPU is not in it.
+4. Prints one line per measurement and, last, one JSON line:
+   {"bench": "scrape", "results": [{"db", "workers", "pages_per_s", "scrapy_pages_per_s",
+   "floor_pages_per_s", "ratio_scrapy", "ratio_floor", "cpu_ratio_scrapy", ...}],
+   "loadavg_before", "loadavg_after", "headline", ...}; every ratio = Salvage / other of the
+   same repetition, median over repetitions (bench/loadwatch.py says when it may headline).
 
 PostgreSQL: BENCH_DATABASE_URL (or DATABASE_URL) names the server; the benchmark drops and
 creates its own database (--pg-name, or BENCH_PG_NAME) there. SQLite: a file in a temporary
@@ -47,6 +55,9 @@ import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from bare_floor import PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA
+from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -202,28 +213,119 @@ def base_env(workdir: Path) -> dict[str, str]:
 # --- Scrapy --------------------------------------------------------------------------------
 
 
+def split_manifests(manifest: Path, workdir: Path, parts: int) -> list[Path]:
+    """Every parts-th product URL into its own manifest, one per Scrapy process."""
+    urls = product_urls(manifest)
+    out = []
+    for i in range(parts):
+        path = workdir / f"scrapy-part-{parts}-{i}.csv"
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["url", "page_type"])
+            writer.writerows([url, "product"] for url in urls[i::parts])
+        out.append(path)
+    return out
+
+
 def run_scrapy(
-    sandbox: Sandbox, workdir: Path, concurrency: int, pages: int, tuned: bool
+    sandbox: Sandbox, workdir: Path, concurrency: int, pages: int, processes: int, tuned: bool
 ) -> dict[str, Any]:
-    out = workdir / ("scrapy-tuned.jsonl" if tuned else "scrapy.jsonl")
-    cmd = [
-        PY, str(ROOT / "bench" / "scrapy_shop.py"), "--manifest", str(sandbox.manifest),
-        "--concurrency", str(concurrency), "--out", str(out),
-    ]  # fmt: skip
-    if tuned:
-        cmd.append("--tuned")
-    timed = run_timed([cmd], base_env(workdir), sandbox)
-    code, stdout, stderr = timed["outputs"][0]
-    if code != 0:
-        raise RuntimeError(f"scrapy failed ({code}):\n{stderr[-3000:]}")
-    inner = json.loads(stdout.strip().splitlines()[-1])
+    per_process = max(1, concurrency // processes)
+    cmds = []
+    for i, part in enumerate(split_manifests(sandbox.manifest, workdir, processes)):
+        out = workdir / f"scrapy-{'tuned' if tuned else 'default'}-{i}.jsonl"
+        cmd = [
+            PY, str(ROOT / "bench" / "scrapy_shop.py"), "--manifest", str(part),
+            "--concurrency", str(per_process), "--out", str(out),
+        ]  # fmt: skip
+        if tuned:
+            cmd.append("--tuned")
+        cmds.append(cmd)
+    timed = run_timed(cmds, base_env(workdir), sandbox)
+    items = 0
+    for code, stdout, stderr in timed["outputs"]:
+        if code != 0:
+            raise RuntimeError(f"scrapy failed ({code}):\n{stderr[-3000:]}")
+        items += json.loads(stdout.strip().splitlines()[-1])["items"]
     return {
-        "pages_per_s": round(inner["items"] / timed["wall_s"], 1),
-        "crawl_pages_per_s": round(inner["items"] / inner["crawl_s"], 1),
-        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(inner["items"], 1), 2),
+        "pages_per_s": round(items / timed["wall_s"], 1),
+        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(items, 1), 3),
         "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
-        "items": inner["items"],
-        "complete": inner["items"] == pages,
+        "items": items,
+        "complete": items == pages,
+    }
+
+
+# --- the floor -----------------------------------------------------------------------------
+
+
+def load_floor(env: dict[str, str], manifest: Path) -> None:
+    """(Re)create the bare tables and one due task per product page."""
+    import hashlib
+
+    urls = product_urls(manifest)
+    rows = [(hashlib.sha256(url.encode()).hexdigest(), url) for url in urls]
+    url = env["DATABASE_URL"]
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.executescript(SQLITE_FLOOR_SCHEMA)
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO floor_tasks (task_key, state, next_attempt_at, url) "
+            "VALUES (?, 'pending', strftime('%Y-%m-%d %H:%M:%f', 'now', '-60 seconds'), ?)",
+            rows,
+        )
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(PG_FLOOR_SCHEMA)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO floor_tasks (task_key, state, next_attempt_at, url) "
+                "VALUES (%s, 'pending', now() - interval '1 minute', %s)",
+                rows,
+            )
+        conn.execute("VACUUM ANALYZE floor_tasks")
+
+
+def run_floor(
+    env: dict[str, str], sandbox: Sandbox, spec: Path, *, db: str, workers: int,
+    concurrency: int, pages: int,
+) -> dict[str, Any]:  # fmt: skip
+    load_floor(env, sandbox.manifest)
+    per_worker = max(1, concurrency // workers)
+    cmds = [
+        [
+            PY, str(ROOT / "bench" / "scrape_floor.py"), "--db", env["DATABASE_URL"],
+            "--spec", str(spec), "--concurrency", str(per_worker), "--worker", f"floor-{i}",
+        ]
+        for i in range(workers)
+    ]  # fmt: skip
+    sampler = BackendCpu(env["DATABASE_URL"]) if db == "postgres" else None
+    with sampler or contextlib.nullcontext():
+        timed = run_timed(cmds, env, sandbox)
+    db_cpu = sampler.seconds() if sampler else 0.0
+    committed = failed = 0
+    for code, out, err in timed["outputs"]:
+        if code != 0:
+            raise RuntimeError(f"scrape_floor failed ({code}):\n{out}\n{err[-3000:]}")
+        line = json.loads(out.strip().splitlines()[-1])
+        committed += line["committed"]
+        failed += line["failed"]
+    return {
+        "pages_per_s": round(committed / timed["wall_s"], 1),
+        "cpu_ms_per_page": round(1000 * (timed["cpu_s"] + db_cpu) / max(committed, 1), 3),
+        "db_server_cpu_ms_per_page": round(1000 * db_cpu / max(committed, 1), 3),
+        "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
+        "committed": committed,
+        "failed": failed,
+        "complete": committed == pages,
     }
 
 
@@ -364,8 +466,8 @@ def run_salvage(
     return {
         "run": run_id,
         "pages_per_s": round(committed / timed["wall_s"], 1),
-        "cpu_ms_per_page": round(1000 * (timed["cpu_s"] + db_cpu) / max(committed, 1), 2),
-        "db_server_cpu_ms_per_page": round(1000 * db_cpu / max(committed, 1), 2),
+        "cpu_ms_per_page": round(1000 * (timed["cpu_s"] + db_cpu) / max(committed, 1), 3),
+        "db_server_cpu_ms_per_page": round(1000 * db_cpu / max(committed, 1), 3),
         "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
         "committed": committed,
         "observations": observations,
@@ -402,27 +504,23 @@ def _pg_version() -> str:
         return conn.execute("SHOW server_version").fetchone()[0]
 
 
-def salvage_ready() -> str | None:
-    """Why the Salvage side cannot run yet (its parts land separately), or None."""
-    for path in ("recovery/worker.py", "recovery/providers/direct.py"):
-        if not (ROOT / path).exists():
-            return f"{path} is missing"
-    return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # Environment defaults let `make bench-scrape` be scaled without editing the Makefile.
     parser.add_argument("--pages", type=int, default=int(os.environ.get("BENCH_PAGES", 5000)))
-    parser.add_argument("--workers", default="2", help="worker processes, or a list: 1,2")
+    parser.add_argument("--workers", default="2", help="processes per side, or a list: 1,2")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
-    parser.add_argument("--reps", type=int, default=2, help="ABBA order needs an even number")
+    parser.add_argument("--reps", type=int, default=2, help="ABC/CBA order needs an even number")
     parser.add_argument("--dbs", default="postgres,sqlite")
     parser.add_argument(
         "--pg-name", default=os.environ.get("BENCH_PG_NAME", "salvage_bench_scrape")
     )
-    parser.add_argument("--no-tuned", action="store_true", help="skip Scrapy CONCURRENT_ITEMS=1")
-    parser.add_argument("--scrapy-only", action="store_true")
+    parser.add_argument(
+        "--no-scrapy", action="store_true", help="leave Scrapy out (when it is not installed)"
+    )
+    parser.add_argument(
+        "--with-untuned", action="store_true", help="add Scrapy with its default settings"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
@@ -435,15 +533,22 @@ def main() -> int:
         parser.error("--workers: a number or a comma-separated list of numbers")
     if not worker_counts or min(worker_counts) < 1:
         parser.error("--workers: at least 1")
+    sides = ["salvage", "floor"]
+    if not args.no_scrapy:
+        sides.insert(1, "scrapy")
+        if args.with_untuned:
+            sides.append("scrapy_untuned")
 
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the finally blocks stop the sandbox
     # and any measured process.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-scrape-"))
     info = versions()
+    watch = LoadWatch(own_processes=max(worker_counts) + 1)  # + the sandbox
     log(
         f"bench scrape: {args.pages} pages, workers={args.workers}, "
-        f"concurrency={args.concurrency}, reps={args.reps}, dbs={','.join(dbs)}; {info}"
+        f"concurrency={args.concurrency}, reps={args.reps}, dbs={','.join(dbs)}, "
+        f"sides={','.join(sides)}; {info}"
     )
     sandbox = Sandbox(args.pages, workdir, args.concurrency)
     summary: dict[str, Any] = {"bench": "scrape", "pages": args.pages, "results": []}
@@ -452,46 +557,52 @@ def main() -> int:
         cap = sandbox_capacity(sandbox, urls)
         summary["sandbox"] = cap
         log(f"sandbox at {sandbox.base_url}: {cap}")
-        blocked = None if args.scrapy_only else salvage_ready()
-        if blocked:
-            log(f"Salvage side skipped: {blocked}")
-            summary["salvage_skipped"] = blocked
         for db, workers in [(db, w) for db in dbs for w in worker_counts]:
-            env = None
-            if not (blocked or args.scrapy_only):
-                env = prepare_db(db, workdir, args.pg_name)
+            env = prepare_db(db, workdir, args.pg_name)
             spec = spec_for(sandbox, workdir, max(1, args.concurrency // workers))
             pairs = []
             for rep in range(args.reps):
                 pair: dict[str, Any] = {}
-                sides = ["scrapy", "scrapy_tuned", "salvage"]
-                if rep % 2:  # ABBA order, so a load that drifts during a rep favours no side
-                    sides.reverse()
-                for side in sides:
-                    if side == "scrapy_tuned" and args.no_tuned:
-                        continue
+                # ABC then CBA, so a load that drifts during a repetition favours no side.
+                for side in sides if rep % 2 == 0 else list(reversed(sides)):
                     if side == "salvage":
-                        if env is None:
-                            continue
                         pair[side] = run_salvage(
                             env, sandbox, workdir, db=db, spec=spec,
                             window=f"bench-{db}-w{workers}-{rep}", workers=workers,
                             concurrency=args.concurrency, pages=args.pages,
                         )  # fmt: skip
+                    elif side == "floor":
+                        pair[side] = run_floor(
+                            env, sandbox, spec, db=db, workers=workers,
+                            concurrency=args.concurrency, pages=args.pages,
+                        )  # fmt: skip
                     else:
                         pair[side] = run_scrapy(
-                            sandbox, workdir, args.concurrency, args.pages, side == "scrapy_tuned"
-                        )
+                            sandbox, workdir, args.concurrency, args.pages, workers,
+                            tuned=side == "scrapy",
+                        )  # fmt: skip
                     load = os.getloadavg()[0]
                     log(f"[{db} w{workers} rep {rep}] {side}: {pair[side]} load {load:.2f}")
                 pairs.append(pair)
-            summary["results"].append(summarise(db, workers, args, pairs))
+            summary["results"].append(summarise(db, workers, args.concurrency, pairs))
     finally:
         sandbox.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    for row in summary["results"]:
+        log(
+            f"{row['db']} x{row['workers']}: Salvage {row['pages_per_s']} p/s "
+            f"({row['cpu_ms_per_page']} CPU ms/page); scrapy {row.get('scrapy_pages_per_s')} "
+            f"p/s ({row.get('scrapy_cpu_ms_per_page')}), ratio {row.get('ratio_scrapy')}, "
+            f"CPU x{row.get('cpu_ratio_scrapy')}; floor {row['floor_pages_per_s']} p/s "
+            f"({row['floor_cpu_ms_per_page']}), ratio {row['ratio_floor']}, CPU "
+            f"x{row['cpu_ratio_floor']}"
+        )
     summary["versions"] = info
-    summary["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    summary.update(watch.finish())
+    if not all(row["complete"] for row in summary["results"]):
+        summary["headline"] = False
+        summary["headline_reason"] = "a side did not commit every page"
     summary["command"] = " ".join(["python", "bench/scrape.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
     return 0
@@ -507,36 +618,41 @@ def spec_for(sandbox: Sandbox, workdir: Path, per_worker: int) -> Path:
     return spec
 
 
-def summarise(
-    db: str, workers: int, args: argparse.Namespace, pairs: list[dict[str, Any]]
-) -> dict[str, Any]:
+def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any]]) -> dict:
+    """One row from paired repetitions: medians per side, and Salvage / other per repetition
+    (pages/s and CPU per page), median over repetitions."""
+
     def med(key: str, side: str) -> float | None:
         values = [p[side][key] for p in pairs if side in p]
-        return round(statistics.median(values), 1) if values else None
+        return round(statistics.median(values), 3) if values else None
 
-    def ratio(side: str) -> float | None:
-        values = [
-            p["salvage"]["pages_per_s"] / p[side]["pages_per_s"] for p in pairs if "salvage" in p
-        ]
-        return round(statistics.median(values), 2) if values else None  # paired, same rep
+    def ratio(key: str, side: str) -> float | None:
+        values = [p["salvage"][key] / p[side][key] for p in pairs if p[side][key]]
+        return round(statistics.median(values), 3) if values else None
 
     row: dict[str, Any] = {
         "db": db,
         "workers": workers,
-        "concurrency": args.concurrency,
+        "concurrency": concurrency,
         "pages_per_s": med("pages_per_s", "salvage"),
-        "scrapy_pages_per_s": med("pages_per_s", "scrapy"),
-        "ratio": ratio("scrapy"),
-        "salvage_cpu_ms_per_page": med("cpu_ms_per_page", "salvage"),
-        "salvage_db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "salvage"),
-        "scrapy_cpu_ms_per_page": med("cpu_ms_per_page", "scrapy"),
-        "sandbox_cpu_ms_per_page": med("sandbox_cpu_ms_per_page", "scrapy"),
+        "cpu_ms_per_page": med("cpu_ms_per_page", "salvage"),
+        "db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "salvage"),
+        "floor_pages_per_s": med("pages_per_s", "floor"),
+        "floor_cpu_ms_per_page": med("cpu_ms_per_page", "floor"),
+        "floor_db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "floor"),
+        "ratio_floor": ratio("pages_per_s", "floor"),
+        "cpu_ratio_floor": ratio("cpu_ms_per_page", "floor"),
+        "sandbox_cpu_ms_per_page": med("sandbox_cpu_ms_per_page", "salvage"),
         "reps": len(pairs),
         "complete": all(side["complete"] for p in pairs for side in p.values()),
     }
-    if any("scrapy_tuned" in p for p in pairs):
-        row["scrapy_tuned_pages_per_s"] = med("pages_per_s", "scrapy_tuned")
-        row["ratio_tuned"] = ratio("scrapy_tuned")
+    for side in ("scrapy", "scrapy_untuned"):
+        if any(side in p for p in pairs):
+            suffix = "" if side == "scrapy" else "_untuned"
+            row[f"scrapy{suffix}_pages_per_s"] = med("pages_per_s", side)
+            row[f"scrapy{suffix}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
+            row[f"ratio_scrapy{suffix}"] = ratio("pages_per_s", side)
+            row[f"cpu_ratio_scrapy{suffix}"] = ratio("cpu_ms_per_page", side)
     return row
 
 

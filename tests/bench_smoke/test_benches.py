@@ -1,0 +1,256 @@
+"""Every benchmark runs end to end at a tiny size, so the bench code cannot rot.
+
+Each test runs one bench/*.py as its own process, the way `make bench-*` does, with sizes that
+take seconds, and checks its final JSON line: it parses, names the bench, carries the ratio
+keys bench/README.md reads and the load-average verdict (bench/loadwatch.py). The figures
+themselves are meaningless at these sizes and are not checked. On the PostgreSQL pass of the
+suite the benches use that server (each in its own scratch database); on the SQLite pass the
+PostgreSQL-only benches (export, dashboard) skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+LOAD_KEYS = {"loadavg_before", "loadavg_after", "cpus", "headline", "headline_reason"}
+
+
+def bench_module(name: str):
+    """bench/<name>.py as a module (the benches import their siblings by plain name)."""
+    bench_dir = str(ROOT / "bench")
+    sys.path.insert(0, bench_dir)
+    try:
+        spec = importlib.util.spec_from_file_location(
+            f"bench_{name}", ROOT / "bench" / f"{name}.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(bench_dir)
+    return module
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def server_url() -> str:
+    """The PostgreSQL server of this test pass, at its maintenance database."""
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/postgres"))
+
+
+def scratch_name(bench: str) -> str:
+    return f"salvage_smoke_{bench}_{uuid.uuid4().hex[:8]}"
+
+
+def run_bench(script: str, *args: str, ok_codes: tuple[int, ...] = (0,)) -> dict:
+    """Run bench/<script> with args; return its final JSON line."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # the benches set up their own settings
+    if on_postgres():
+        env["BENCH_DATABASE_URL"] = server_url()
+    else:
+        env.pop("DATABASE_URL", None)
+        env.pop("BENCH_DATABASE_URL", None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in ok_codes, f"{script} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"{script} printed nothing:\n{proc.stderr[-4000:]}"
+    summary = json.loads(lines[-1])
+    assert summary.keys() >= LOAD_KEYS, sorted(summary)
+    assert isinstance(summary["headline"], bool)
+    assert len(summary["loadavg_before"]) == len(summary["loadavg_after"]) == 3
+    assert "load average before:" in proc.stdout and "load average after:" in proc.stdout
+    return summary
+
+
+# --- the definitions of the figures ---------------------------------------------------------
+
+
+def test_a_run_on_a_busy_box_is_never_headlined():
+    verdict = bench_module("loadwatch").headline_verdict
+    ok, reason = verdict((2.5, 1.0, 1.0), (1.0, 1.0, 1.0), cpus=2, own_processes=2)
+    assert not ok and "2.50 before the run > 2 cores" in reason
+    # The bench's own processes count in the load after it; more than that is someone else.
+    assert verdict((1.5, 1, 1), (3.9, 1, 1), cpus=2, own_processes=2)[0]
+    ok, reason = verdict((1.5, 1, 1), (4.1, 1, 1), cpus=2, own_processes=2)
+    assert not ok and "4.10 after the run" in reason
+    assert verdict((2.0, 9, 9), (2.0, 9, 9), cpus=2, own_processes=0)[0]  # 1-minute figures
+
+
+def test_claim_ratios_are_paired_per_repetition_against_the_bare_floor():
+    summarise = bench_module("claim").summarise
+    # (tasks/s, CPU ms per task, database backends' CPU ms per task) per kind and repetition.
+    samples = [
+        {"floor": (1000, 0.2, 0.1), "schema_floor": (500, 0.3, 0.2), "engine": (500, 0.4, 0.3)},
+        {"floor": (400, 0.2, 0.1), "schema_floor": (400, 0.3, 0.2), "engine": (300, 0.6, 0.2)},
+    ]
+    row = summarise("postgresql", 2, samples, dry=False)
+    # Paired: median(500/1000, 300/400) = 0.625, not median(engine) / median(floor) = 0.571.
+    assert row["ratio"] == 0.625 and (row["ratio_min"], row["ratio_max"]) == (0.5, 0.75)
+    assert row["ratio_schema"] == pytest.approx((1.0 + 0.75) / 2)
+    assert row["bare_floor_per_s"] == 700 and row["schema_floor_per_s"] == 450
+    assert row["cpu_ratio"] == pytest.approx(2.5) and row["db_cpu_ratio"] == pytest.approx(2.5)
+    assert row["engine_cpu_ms_per_task"] == 0.5 and row["bare_floor_db_cpu_ms_per_task"] == 0.1
+
+
+def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
+    summarise = bench_module("scrape").summarise
+
+    def side(pages_per_s: float, cpu: float, db: float = 0.0) -> dict:
+        return {
+            "pages_per_s": pages_per_s,
+            "cpu_ms_per_page": cpu,
+            "db_server_cpu_ms_per_page": db,
+            "sandbox_cpu_ms_per_page": 0.1,
+            "complete": True,
+        }
+
+    pairs = [
+        {"salvage": side(400, 2.0, 0.5), "scrapy": side(200, 4.0), "floor": side(800, 1.0, 0.2)},
+        {"salvage": side(300, 1.0, 0.3), "scrapy": side(600, 4.0), "floor": side(1000, 0.5, 0.1)},
+    ]
+    row = summarise("postgres", 2, 16, pairs)
+    assert row["ratio_scrapy"] == pytest.approx((2.0 + 0.5) / 2)
+    assert row["ratio_floor"] == pytest.approx((0.5 + 0.3) / 2)
+    assert row["cpu_ratio_scrapy"] == pytest.approx((0.5 + 0.25) / 2)
+    assert row["cpu_ratio_floor"] == pytest.approx(2.0)
+    assert row["pages_per_s"] == 350 and row["floor_db_server_cpu_ms_per_page"] == 0.15
+    assert row["complete"] and "ratio_scrapy_untuned" not in row
+    pairs[1]["floor"]["complete"] = False
+    assert not summarise("postgres", 2, 16, pairs)["complete"]
+
+
+def test_export_ratio_is_rows_per_second_against_copy_of_the_same_rows():
+    export = bench_module("export")
+
+    def measured(seconds: float, size: int, rss: float) -> dict:
+        return {"seconds": seconds, "bytes": size, "peak_rss_mb": rss, "cpu_s": 0.1}
+
+    # The export writes 1.5x COPY's bytes: by bytes it would look 1.5x better than it is.
+    samples = {
+        (1000, "csv"): [export.pair(measured(4.0, 1_500_000, 60), measured(2.0, 1_000_000, 9))],
+        (10, "csv"): [export.pair(measured(0.55, 15_000, 50), measured(0.1, 10_000, 9))],
+    }
+    big, small = sorted(export.summarise(samples, startup=0.5), key=lambda r: r["rows"])[::-1]
+    assert big["ratio"] == 0.5 and big["mb_ratio"] == 0.75
+    assert (big["rows_per_s"], big["copy_rows_per_s"]) == (250, 500)
+    assert big["ratio_excl_startup"] == pytest.approx(2.0 / 3.5, abs=1e-3)
+    assert big["bytes_per_row"] == 1500 and big["copy_bytes_per_row"] == 1000
+    assert big["rss_growth"] == small["rss_growth"] == 1.2
+    # A start-up longer than most of the export's time gives no figure rather than noise.
+    assert small["ratio_excl_startup"] is None
+
+
+# --- each bench at a tiny size ----------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_claim_bench():
+    args = ["--reps", "2", "--seconds", "0.5", "--warmup", "0.2", "--tasks", "3000"]
+    args += ["--pg-workers", "1", "--sqlite-workers", "1"]
+    if on_postgres():
+        args += ["--skip-sqlite", "--pg-url", server_url()]
+    else:
+        args += ["--skip-pg"]
+    summary = run_bench("claim.py", *args)
+    assert summary["bench"] == "claim" and summary["notes"] == []
+    (row,) = summary["results"]
+    assert row["db"] == ("postgresql" if on_postgres() else "sqlite")
+    for key in ("engine_per_s", "bare_floor_per_s", "schema_floor_per_s", "engine_cpu_ms_per_task"):
+        assert row[key] > 0, key
+    # The headline ratio is against the bare-table floor; the schema floor is the second one.
+    assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
+    assert {"ratio_schema", "cpu_ratio", "db_cpu_ratio"} <= row.keys()
+    if on_postgres():
+        assert row["engine_db_cpu_ms_per_task"] > 0  # PostgreSQL's backends are counted
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_scrape_bench():
+    with_scrapy = importlib.util.find_spec("scrapy") is not None
+    if not with_scrapy and os.environ.get("CI"):
+        pytest.fail("CI must install the bench extra (make install-bench): Scrapy is missing")
+    args = ["--pages", "60", "--workers", "1", "--reps", "1", "--concurrency", "4"]
+    if on_postgres():
+        args += ["--dbs", "postgres", "--pg-name", scratch_name("scrape")]
+    else:
+        args += ["--dbs", "sqlite"]
+    if not with_scrapy:
+        args.append("--no-scrapy")  # outside CI without the bench extra: Salvage and floor only
+    summary = run_bench("scrape.py", *args)
+    assert summary["bench"] == "scrape"
+    (row,) = summary["results"]
+    assert row["complete"], row  # every side committed (or wrote) every page
+    for key in ("pages_per_s", "floor_pages_per_s", "ratio_floor", "cpu_ratio_floor"):
+        assert row[key] > 0, key
+    if with_scrapy:
+        assert row["scrapy_pages_per_s"] > 0 and row["ratio_scrapy"] > 0
+        assert row["cpu_ratio_scrapy"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_manifest_bench():
+    db = "postgresql" if on_postgres() else "sqlite"
+    args = ["--rows", "300", "--db", db, "--pg-name", scratch_name("manifest")]
+    if on_postgres():
+        args += ["--pg-url", server_url()]
+    summary = run_bench("manifest.py", *args)
+    assert summary["bench"] == "manifest"
+    (row,) = summary["results"]
+    assert row["db"] == db and row["rows"] == 300
+    assert row["seconds"] > 0 and row["floor_seconds"] > 0 and row["ratio"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_export_bench():
+    if not on_postgres():
+        pytest.skip("the export bench compares with PostgreSQL's COPY")
+    args = ["--sizes", "300,1500", "--reps", "1", "--pg-name", scratch_name("export")]
+    summary = run_bench("export.py", *args)
+    assert summary["bench"] == "export"
+    rows = {(r["rows"], r["format"]): r for r in summary["results"]}
+    assert set(rows) == {(300, "csv"), (300, "jsonl"), (1500, "csv"), (1500, "jsonl")}
+    for r in rows.values():
+        # The headline is rows per second against COPY of the same rows; bytes come second.
+        assert r["rows_per_s"] > 0 and r["copy_rows_per_s"] > 0 and r["ratio"] > 0
+        assert r["mb_ratio"] > 0 and r["rss_growth"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_dashboard_bench():
+    if not on_postgres():
+        pytest.skip("the dashboard bench measures PostgreSQL plans")
+    args = ["--small", "200", "--large", "2000", "--reps", "1"]
+    args += ["--pg-name", scratch_name("dashboard")]
+    # Exit 1 means a target was missed (at these sizes the planner may well scan); a crash
+    # prints no JSON line and fails below.
+    summary = run_bench("dashboard.py", *args, ok_codes=(0, 1))
+    assert summary["bench"] == "dashboard"
+    pages = {r["page"]: r for r in summary["results"]}
+    assert set(pages) == {"run_detail", "quarantine", "runs_overview"}
+    assert all(r["growth"] > 0 for r in pages.values())
