@@ -16,9 +16,12 @@
      proxy, the page-state checks, extraction and the durable commit (attempt, observation,
      task state on SQLite). The run is checked afterwards: every task committed, one
      observation per page.
+   With --reps > 1 the two sides alternate (floor first, then Salvage first: ABBA).
 3. Prints the load average and one line per measurement, then one JSON line:
-   {"bench": "browser", "pages", "concurrency", "floor": {...}, "salvage": {...},
-    "ratio": salvage pages/s / floor pages/s, "target": 0.8, "loadavg": [...]}.
+   {"bench": "browser", "pages", "concurrency", "floor": {...}, "salvage": {...} (medians),
+    "ratio": Salvage pages/s / floor pages/s of the same repetition (median over
+    repetitions), "cpu_ratio", "target": 0.8, "loadavg_before", "loadavg_after",
+    "headline", ...} (bench/loadwatch.py).
 BENCH_PAGES sets the default page count.
 """
 
@@ -31,6 +34,7 @@ import os
 import re
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -249,46 +253,63 @@ def main() -> None:
         print(json.dumps({"done": done}))
         sys.exit(0 if done == args.pages else 1)
 
-    load = [round(x, 2) for x in os.getloadavg()]
-    log(f"load average before: {load} on {os.cpu_count()} cores")
+    from loadwatch import LoadWatch
+
+    watch = LoadWatch(own_processes=2)  # the worker (or script) and its Chromium
     with tempfile.TemporaryDirectory(prefix="bench-browser-") as tmp:
         workdir = Path(tmp)
         sandbox = Sandbox(args.pages, workdir)
         try:
-            floors, ours = [], []
+            pairs = []
             for rep in range(args.reps):
-                cmd = [PY, __file__, "--floor", sandbox.base_url, "--pages", str(args.pages),
-                       "--concurrency", str(args.concurrency)]  # fmt: skip
-                wall, cpu, _ = timed(cmd, {**os.environ, "PYTHONUNBUFFERED": "1"})
-                floors.append(figures(args.pages, wall, cpu))
-                log(f"floor   (plain Playwright) rep {rep}: {floors[-1]}")
-                base = sandbox.base_url
-                ours.append(salvage_run(base, args.pages, args.concurrency, workdir, rep))
-                log(f"salvage (browser provider) rep {rep}: {ours[-1]}")
+                pair: dict[str, dict] = {}
+                # Floor first in even repetitions, Salvage first in odd ones (ABBA).
+                for side in ("floor", "salvage") if rep % 2 == 0 else ("salvage", "floor"):
+                    if side == "floor":
+                        cmd = [PY, __file__, "--floor", sandbox.base_url, "--pages",
+                               str(args.pages), "--concurrency", str(args.concurrency)]  # fmt: skip
+                        wall, cpu, _ = timed(cmd, {**os.environ, "PYTHONUNBUFFERED": "1"})
+                        pair[side] = figures(args.pages, wall, cpu)
+                    else:
+                        pair[side] = salvage_run(
+                            sandbox.base_url, args.pages, args.concurrency, workdir, rep
+                        )
+                    log(f"{side} rep {rep}: {pair[side]}")
+                pairs.append(pair)
         finally:
             sandbox.stop()
-    best_floor = max(floors, key=lambda f: f["pages_per_s"])
-    best_ours = max(ours, key=lambda f: f["pages_per_s"])
-    ratio = round(best_ours["pages_per_s"] / best_floor["pages_per_s"], 3)
-    load_after = [round(x, 2) for x in os.getloadavg()]
-    log(f"load average after: {load_after}")
-    print(
-        json.dumps(
-            {
-                "bench": "browser",
-                "pages": args.pages,
-                "concurrency": args.concurrency,
-                "reps": args.reps,
-                "floor": best_floor,
-                "salvage": best_ours,
-                "ratio": ratio,
-                "target": 0.8,
-                "loadavg": load_after,
-                "loadavg_before": load,
-            }
+    summary = {
+        "bench": "browser",
+        "pages": args.pages,
+        "concurrency": args.concurrency,
+        **summarise(pairs),
+        "target": 0.8,
+        **watch.finish(),
+        "command": " ".join(["python", "bench/browser.py", *sys.argv[1:]]),
+    }
+    print(json.dumps(summary), flush=True)
+
+
+def summarise(pairs: list[dict[str, dict]]) -> dict[str, Any]:
+    """Medians per side, and ratio = Salvage pages/s / floor pages/s of the same repetition,
+    median over repetitions (cpu_ratio the same for CPU per page)."""
+    med = statistics.median
+
+    def side(name: str) -> dict[str, float]:
+        keys = pairs[0][name].keys()
+        return {k: round(med(p[name][k] for p in pairs), 3) for k in keys}
+
+    return {
+        "reps": len(pairs),
+        "floor": side("floor"),
+        "salvage": side("salvage"),
+        "ratio": round(
+            med(p["salvage"]["pages_per_s"] / p["floor"]["pages_per_s"] for p in pairs), 3
         ),
-        flush=True,
-    )
+        "cpu_ratio": round(
+            med(p["salvage"]["cpu_ms_per_page"] / p["floor"]["cpu_ms_per_page"] for p in pairs), 3
+        ),
+    }
 
 
 if __name__ == "__main__":
