@@ -273,18 +273,3 @@ def test_dashboard_bench():
     pages = {r["page"]: r for r in summary["results"]}
     assert set(pages) == {"run_detail", "quarantine", "runs_overview"}
     assert all(r["growth"] > 0 for r in pages.values())
-
-
-@pytest.mark.slow
-@pytest.mark.worker
-@pytest.mark.browser
-def test_browser_bench():
-    if importlib.util.find_spec("playwright") is None or not Path("/usr/bin/chromium").exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must provide Playwright and Chromium for the browser bench")
-        pytest.skip("needs Playwright and /usr/bin/chromium")
-    # The browser bench keeps its tasks in its own SQLite file on either pass.
-    summary = run_bench("browser.py", "--pages", "4", "--concurrency", "2", "--reps", "1")
-    assert summary["bench"] == "browser" and summary["reps"] == 1
-    assert summary["floor"]["pages_per_s"] > 0 and summary["salvage"]["pages_per_s"] > 0
-    assert summary["ratio"] > 0 and summary["cpu_ratio"] > 0
