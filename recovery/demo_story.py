@@ -8,8 +8,10 @@ did the step and however (dashboard, command line or admin):
 1. the run collects; 2. the bad retailer is flagged provisionally (recovery.provisional);
 3. the run becomes a candidate, the partition is quarantined and acceptance is refused;
 4. an admin loads the repaired spec (version 2, the fixed price selector);
-5. an admin creates a recovery batch for that partition with scraper version 2;
-6. the batch completes and recovers it ("N of N recovered", reruns.recovered);
+5. an admin creates a recovery batch for that partition's failed rows (the failed rule) with
+   scraper version 2;
+6. the batch completes and recovers it ("N of N recovered": reruns.recovered, defined in
+   recovery.figures);
 7. the run passes its rules and an admin accepts it; 8. an admin publishes it;
 9. the exporter downloads the dataset (the `export_download` audit entry).
 """
@@ -150,7 +152,8 @@ def checklist() -> Story:
         ),
         Step(
             "batch",
-            f"An admin creates a recovery batch for {bad} with scraper version {REPAIRED_VERSION}",
+            f"An admin creates a recovery batch for {bad}'s failed rows (select the failed "
+            f"rule) with scraper version {REPAIRED_VERSION}",
             batch is not None,
             batch.created_at if batch else None,
             f"batch #{batch.pk}: {batch.task_count} tasks" if batch else "",

@@ -34,9 +34,11 @@ from recovery.models import Observation, RecoveryBatch, Run, Task, ValidationRes
 from recovery.providers.base import ErrorClass
 from recovery.states import run as run_states
 from recovery.states.run import RunState
-from recovery.states.task import TERMINAL, reset_for_batch
+from recovery.states.task import TERMINAL, TaskState, reset_for_batch
 
 REOPENABLE = (RunState.CANDIDATE, RunState.REJECTED)
+# Rules that judge rows: selecting one selects the tasks whose rows it failed.
+DATA_RULE_KINDS = ("range", "pattern", "enum", "required", "partition_invalid_share")
 
 
 class RerunError(ValueError):
@@ -165,6 +167,22 @@ def selected_tasks(run: Run, selection: Selection) -> QuerySet[Task]:
                 f"rule {', '.join(selection.rules)}: no partition of run {run.pk} fails it"
             )
         query &= Q(partition__in=failing)
+        kinds = {r["name"]: r["kind"] for r in run.dataset.spec.get("rules", [])}
+        if all(kinds[rule] in DATA_RULE_KINDS for rule in selection.rules):
+            # A rule that judges rows selects the tasks whose rows it failed (seed 002: "those
+            # task keys"), not the partition's consent pages or 404s, which no repaired
+            # selector recovers. Coverage and outcome rules keep the whole failing partition.
+            query &= Q(
+                state=TaskState.COMMITTED,
+                pk__in=Observation.objects.filter(
+                    run_id=run.pk,
+                    partition__in=failing,
+                    validation_state__in=(
+                        Observation.Validation.INVALID,
+                        Observation.Validation.HELD,
+                    ),
+                ).values("source_task_id"),
+            )
     return Task.objects.filter(query).order_by()
 
 

@@ -51,6 +51,22 @@ def test_it_selects_by_failed_rule():
     assert set(b.partition_hashes_before) == {"a", "c"}
 
 
+def test_a_rule_on_rows_selects_the_tasks_whose_rows_it_failed():
+    # Seed 002: rerun "those task keys". A consent page in the bad partition produced no row,
+    # so a repaired selector cannot recover it: the rule's selection leaves it out, and the
+    # partition's selection keeps it.
+    run = make_collected_run({"a": "good", "b": "bad"}, per_partition=10)
+    consent = make_tasks(run, 1, partition="b", host="b.test", state="quarantined")[0]
+    Task.objects.filter(pk=consent.pk).update(last_error_class="consent_page")
+    acceptance.advance_runs()
+    rows = set(Task.objects.filter(run=run, partition="b", state="committed").values_list("pk"))
+    assert reruns.preview_recovery_batch(run.pk, partitions=["b"]).tasks == 11
+    b = batch(run, rules=["partition_invalid_prices"])
+    assert b.task_count == 10
+    assert set(Task.objects.filter(recovery_batch=b).values_list("pk")) == rows
+    assert Task.objects.get(pk=consent.pk).state == "quarantined"
+
+
 def test_it_selects_by_page_type_and_error_class():
     run = make_run(make_shop())
     make_tasks(run, 2, state="quarantined", page_type="product")
