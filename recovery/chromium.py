@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -103,6 +104,7 @@ class Chromium:
                 f"no Chromium at {self.executable} (SALVAGE_CHROMIUM): apt-get install chromium"
             )
         await self._stop()
+        self._dir.mkdir(exist_ok=True)  # removed by close(); the wrappers are written again
         if self._playwright is None:
             node, _cli = compute_driver_executable()
             # The driver dies with this process (read once, when the driver starts).
@@ -156,6 +158,7 @@ class Chromium:
         if playwright is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), 10)
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 _shared: dict[tuple[int, int, str], Chromium] = {}
