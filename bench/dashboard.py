@@ -11,10 +11,14 @@
    history behind the same last hour. Counters come from counters.rebuild; then VACUUM ANALYZE.
 2. Requests each page through Django's test client, in process, as an admin: `--reps` timed
    requests after 3 warm-ups, alternating small and large; the median server time is reported.
-3. EXPLAINs every query of each page on the large run and fails if any reads recovery_task or
-   recovery_attempt with a sequential scan.
+   Pages: the run pages, the runs overview, and every list of a run's tasks a user reaches
+   (URL order, descending, a page deep in the middle, URL-prefix search, an exact-URL search
+   that jumps to the task, state and partition filters, the quarantine list).
+3. EXPLAINs every query of each page on the large run, prints the indexes each page's queries
+   read on the big tables, and fails if any reads recovery_task or recovery_attempt with a
+   sequential scan.
 4. Prints one line per page and, last, one JSON line:
-   {"bench": "dashboard", "results": [{"page", "ms_10k", "ms_1m", "growth"}],
+   {"bench": "dashboard", "results": [{"page", "ms_10k", "ms_1m", "growth", "indexes"}],
    "loadavg_before", "loadavg_after", "headline", ...}
    growth = ms_1m / ms_10k (the "10k"/"1m" labels are the --small/--large runs); the target
    is at most 2. The load average and headline verdict: bench/loadwatch.py.
@@ -40,6 +44,10 @@ PARTITIONS = 50
 ERROR_CLASSES = ("selector_failure", "challenge_page", "server_error", "wrong_template")
 RATE_PER_HOUR = 10_000
 BIG_TABLE_SEQ_SCAN = re.compile(r"Seq Scan on (recovery_task|recovery_attempt)\b")
+BIG_TABLE_INDEX = re.compile(
+    r"(?:Index|Index Only|Bitmap Index) Scan(?: Backward)? (?:using|on) (\w+)"
+    r"(?: on (recovery_task|recovery_attempt)\b)?"
+)
 
 
 def scratch_database(name: str) -> str:
@@ -119,21 +127,44 @@ def generate(run_id: int, n: int) -> None:
         cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
 
 
-def explain_seq_scans(queries: list[dict]) -> list[str]:
-    """Queries of a page whose plan reads a big table sequentially."""
+def explain(queries: list[dict]) -> tuple[list[str], list[str]]:
+    """(queries whose plan reads a big table sequentially, indexes read on the big tables)."""
     from django.db import connection
 
     bad = []
+    indexes: set[str] = set()
     with connection.cursor() as cursor:
         for query in queries:
             sql = query["sql"]
-            if not sql.lstrip().upper().startswith("SELECT"):
+            if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
                 continue
             cursor.execute("EXPLAIN " + sql)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             if BIG_TABLE_SEQ_SCAN.search(plan):
                 bad.append(sql[:300] + "\n" + plan)
-    return bad
+            for line in plan.splitlines():
+                found = BIG_TABLE_INDEX.search(line)
+                big = ("recovery_task", "recovery_attempt", " task_", " attempt_")
+                if found and any(name in line for name in big):
+                    indexes.add(found.group(1))
+    return bad, sorted(indexes)
+
+
+def middle_cursor(run_id: int) -> str:
+    """A cursor halfway down the run's task list in URL order (a deep page, no OFFSET)."""
+    from django.db import connection
+
+    from dashboard.lists import URL_KEY_CHARS
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT substr(url, 1, {URL_KEY_CHARS}) COLLATE "C", id FROM recovery_task'
+            f' WHERE run_id = %s ORDER BY substr(url, 1, {URL_KEY_CHARS}) COLLATE "C", id'
+            " OFFSET (SELECT task_total / 2 FROM recovery_run WHERE id = %s) LIMIT 1",
+            [run_id, run_id],
+        )
+        key, pk = cursor.fetchone()
+    return json.dumps([key, pk], separators=(",", ":"))
 
 
 def main() -> int:
@@ -196,6 +227,17 @@ def main() -> int:
     client = Client()
     client.force_login(admin)
 
+    middles = {run.pk: middle_cursor(run.pk) for run in runs.values()}
+
+    def tasks(**params):
+        def url(run):
+            values = {k: (v(run) if callable(v) else v) for k, v in params.items()}
+            query = urlencode(values)
+            path = reverse("dashboard:run_tasks", kwargs={"run_id": run.pk})
+            return path + (f"?{query}" if query else "")
+
+        return url
+
     pages = {
         "run_detail": lambda run: reverse("dashboard:run", kwargs={"run_id": run.pk}),
         "quarantine": lambda run: reverse("dashboard:quarantine", kwargs={"run_id": run.pk}),
@@ -205,6 +247,14 @@ def main() -> int:
             + "?"
             + urlencode({"dataset": "bench", "after": f"[{run.pk + 1}]"})
         ),
+        "tasks": tasks(),
+        "tasks_desc": tasks(sort="-url"),
+        "tasks_middle": tasks(after=lambda run: middles[run.pk]),
+        "tasks_search": tasks(q="http://p7.test/item/5"),
+        "tasks_search_host": tasks(q="p7.test/"),
+        "tasks_exact_url": tasks(q="http://p7.test/item/57"),
+        "tasks_quarantined": tasks(state="quarantined"),
+        "tasks_partition": tasks(partition="p7.test", state="dead"),
     }
     results = []
     failures = []
@@ -213,16 +263,18 @@ def main() -> int:
         for label in ("10k", "1m"):
             for _ in range(3):
                 response = client.get(url_of(runs[label]))
-                assert response.status_code == 200, (page, response.status_code)
+                # 302: an exact URL goes straight to its task page.
+                assert response.status_code in (200, 302), (page, response.status_code)
         for _ in range(args.reps):
             for label in ("10k", "1m"):
                 t0 = time.perf_counter()
                 response = client.get(url_of(runs[label]))
                 times[label].append((time.perf_counter() - t0) * 1000)
-                assert response.status_code == 200, response.status_code
+                # 302: an exact URL goes straight to its task page.
+                assert response.status_code in (200, 302), response.status_code
         with CaptureQueriesContext(connection) as captured:
             client.get(url_of(runs["1m"]))
-        seq = explain_seq_scans(captured.captured_queries)
+        seq, indexes = explain(captured.captured_queries)
         if seq:
             failures.extend(seq)
         ms_small = statistics.median(times["10k"])
@@ -236,11 +288,13 @@ def main() -> int:
                 "growth": round(growth, 2),
                 "queries": len(captured.captured_queries),
                 "seq_scans_on_big_tables": len(seq),
+                "indexes": indexes,
             }
         )
         print(
             f"{page:14s} 10k {ms_small:7.2f} ms   1m {ms_large:7.2f} ms   growth x{growth:.2f}"
             f"   {len(captured.captured_queries)} queries, {len(seq)} seq scans on big tables"
+            f"   indexes: {', '.join(indexes) or '-'}"
         )
     for plan in failures:
         print("SEQ SCAN:\n" + plan, file=sys.stderr)

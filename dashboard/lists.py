@@ -20,7 +20,7 @@ from typing import Any
 import django_filters
 from django.core.exceptions import BadRequest
 from django.db.models import Func, QuerySet, TextField
-from django.forms import TextInput
+from django.forms import SearchInput, TextInput
 from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 
@@ -44,7 +44,8 @@ from recovery.states.task import TaskState
 
 # The URL sort/search key: the first URL_KEY_CHARS characters in byte order. A btree entry must
 # stay under ~2.7 kB and a URL may be up to 8 kB; byte order ("C" collation) is what makes one
-# index serve both ORDER BY and a prefix range. Index: recovery/migrations/0006 task_run_url_idx.
+# index serve both ORDER BY and a prefix range. Index: task_run_url_idx (Task.Meta, migrations
+# 0006 and 0011).
 URL_KEY_CHARS = 500
 HEX_KEY = re.compile(r"[0-9a-f]{64}")
 SEARCH_MAX = 2000
@@ -84,7 +85,9 @@ def _blank(choices) -> list[tuple[str, str]]:
 class SearchFilterSet(django_filters.FilterSet):
     """Every list's search box; each list's filterset says what a search means there."""
 
-    q = django_filters.CharFilter(method="search", label="Search", max_length=SEARCH_MAX)
+    q = django_filters.CharFilter(
+        method="search", label="Search", max_length=SEARCH_MAX, widget=SearchInput
+    )
 
     def search(self, qs: QuerySet, name: str, value: str) -> QuerySet:
         return qs
@@ -112,7 +115,9 @@ class TaskFilter(SearchFilterSet):
     state = django_filters.ChoiceFilter(choices=_blank(TaskState.choices), empty_label="any")
     partition = django_filters.CharFilter(max_length=200)
     page_type = django_filters.CharFilter(max_length=64)
-    error_class = django_filters.CharFilter(field_name="last_error_class", max_length=32)
+    error_class = django_filters.CharFilter(
+        field_name="last_error_class", max_length=32, label="Error class"
+    )
 
     class Meta:
         model = Task
@@ -120,15 +125,23 @@ class TaskFilter(SearchFilterSet):
 
     def search(self, qs, name, value):
         """URL prefix through task_run_url_idx; without a scheme, http:// and https://."""
-        prefixes = [value] if "://" in value else [f"https://{value}", f"http://{value}"]
-        matches = None
-        for prefix in prefixes:
-            low, high = prefix_range(_lower_origin(prefix))
-            one = qs.filter(url_key__gte=low, url_key__lt=high)
-            if len(prefix) > URL_KEY_CHARS:
-                one = one.filter(url__startswith=prefix)
-            matches = one if matches is None else matches | one
-        return matches
+        if "://" in value:
+            return self._prefix(qs, value)
+        # Without a scheme: the schemes that have a match (one index probe each), so the usual
+        # case stays one ordered range scan rather than a union to sort.
+        tried = [self._prefix(qs, f"{scheme}://{value}") for scheme in ("https", "http")]
+        found = [one for one in tried if one.exists()]
+        if not found:
+            return tried[0]
+        return found[0] if len(found) == 1 else found[0] | found[1]
+
+    @staticmethod
+    def _prefix(qs, prefix: str):
+        low, high = prefix_range(_lower_origin(prefix))
+        one = qs.filter(url_key__gte=low, url_key__lt=high)
+        if len(prefix) > URL_KEY_CHARS:
+            one = one.filter(url__startswith=prefix)
+        return one
 
 
 def _lower_origin(url: str) -> str:
@@ -320,6 +333,11 @@ def _providers() -> list[str]:
 class Sort:
     label: str
     order: keyset.Order
+    # Filters that must be set for an index to serve this order (id order needs one state).
+    requires: tuple[str, ...] = ()
+
+    def usable(self, params: QueryDict) -> bool:
+        return all(params.get(name) for name in self.requires)
 
 
 @dataclass(frozen=True)
@@ -331,9 +349,9 @@ class ListSpec:
     search_help: str = "search"
     jump: bool = True  # an exact key in `q` redirects to its object
 
-    @property
-    def default_sort(self) -> str:
-        return next(iter(self.sorts))
+    def default_sort(self, params: QueryDict) -> str:
+        """The first sort the current filters let an index serve."""
+        return next(name for name, sort in self.sorts.items() if sort.usable(params))
 
 
 @dataclass
@@ -366,6 +384,16 @@ class Listing:
         encoded = params.urlencode()
         return f"?{encoded}" if encoded else "?"
 
+    @property
+    def default_sort(self) -> str:
+        return self.spec.default_sort(self.params)
+
+    def can_sort(self, column: str) -> bool:
+        return any(
+            name in self.spec.sorts and self.spec.sorts[name].usable(self.params)
+            for name in (column, f"-{column}")
+        )
+
     def sort_href(self, column: str) -> str:
         """The header link: ascending first, then the opposite of the current order."""
         target = f"-{column}" if self.sort == column else column
@@ -395,13 +423,18 @@ def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | No
     # Blank parameters (an empty filter box) are dropped so links never carry `key=`.
     for key in [k for k, v in params.lists() if not any(v)]:
         del params[key]
-    sort = params.get("sort") or spec.default_sort
+    sort = params.get("sort") or spec.default_sort(params)
     if sort not in spec.sorts:
         raise BadList(f"unknown sort {sort!r} (known: {', '.join(spec.sorts)})")
+    if not spec.sorts[sort].usable(params):
+        # E.g. task order kept in the form after its state filter was cleared: no index
+        # serves it any more, so the list falls back to its default order.
+        sort = spec.default_sort(params)
+        params.pop("sort", None)
     if spec.prepare is not None:
         queryset = spec.prepare(queryset)
     filterset = spec.filterset(params, queryset=queryset)
-    filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help, type="search")
+    filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help)
     listing = Listing(spec=spec, params=params, filterset=filterset, sort=sort)
     if not filterset.is_valid():
         listing.status = 400
@@ -431,16 +464,34 @@ def _newest(label: str = "Newest") -> dict[str, Sort]:
 RUNS = ListSpec(
     "runs", RunFilter, _newest(), search_help="dataset name, task key, observation key, job id"
 )
-# A run's tasks: in URL order through task_run_url_idx (run_id, url key, id).
+# A run's tasks: in id order within one state through task_run_state_idx (run_id, state, id)
+# when a state is chosen, else in URL order through task_run_url_idx (run_id, url key, id).
+_BY_ID = {
+    "id": Sort("Task", keyset.Order(("id",), descending=False), requires=("state",)),
+    "-id": Sort("Task, newest", keyset.Order(("id",), descending=True), requires=("state",)),
+}
+_BY_URL = {
+    "url": Sort("URL", keyset.Order(("url_key", "id"), descending=False)),
+    "-url": Sort("URL, descending", keyset.Order(("url_key", "id"), descending=True)),
+}
 TASKS = ListSpec(
     "tasks",
     TaskFilter,
-    {
-        "url": Sort("URL", keyset.Order(("url_key", "id"), descending=False)),
-        "-url": Sort("URL, descending", keyset.Order(("url_key", "id"), descending=True)),
-    },
+    {**_BY_ID, **_BY_URL},
     prepare=_url_key,
     search_help="URL or its beginning, task key, entity key, observation key, job id",
+)
+# The quarantine page's tasks: its base queryset holds one state, so id order always applies.
+QUARANTINE_TASKS = ListSpec(
+    "quarantine",
+    TaskFilter,
+    {
+        "id": Sort("Task", keyset.Order(("id",), descending=False)),
+        "-id": Sort("Task, newest", keyset.Order(("id",), descending=True)),
+        **_BY_URL,
+    },
+    prepare=_url_key,
+    search_help=TASKS.search_help,
 )
 RECONCILE_LIST = ListSpec(
     "reconcile", RemoteJobFilter, _newest(), search_help="provider job id", jump=False

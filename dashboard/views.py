@@ -361,7 +361,9 @@ def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
     groups, capped = runstats.error_groups(run.pk, state)
 
     # The tasks of the chosen state, with the same filters, search and pager as a run's tasks.
-    listing = lists.bind(request, lists.TASKS, _task_rows(run).filter(state=state), run=run)
+    listing = lists.bind(
+        request, lists.QUARANTINE_TASKS, _task_rows(run).filter(state=state), run=run
+    )
     if listing.redirect:
         return redirect(listing.redirect)
     failed_rules = sorted(

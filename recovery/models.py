@@ -10,6 +10,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from recovery.liveness import WorkerKind
@@ -189,12 +190,21 @@ class Task(models.Model):
                 name="task_remote_job_idx",
                 condition=Q(remote_job__isnull=False),
             ),
-            models.Index(fields=["run", "state"], name="task_run_state_idx"),
+            # id last: a run's tasks in one state in id order (the quarantine list, a state
+            # filter on a run's tasks) are one range scan, however many tasks the run has.
+            models.Index(fields=["run", "state", "id"], name="task_run_state_idx"),
             models.Index(fields=["run", "partition", "state"], name="task_run_part_state_idx"),
             models.Index(fields=["run", "last_error_class"], name="task_run_error_idx"),
-            # Not declared here: task_run_url_idx (run_id, URL key in byte order, id) serves a
-            # run's task list in URL order and URL-prefix search. Its expression differs per
-            # database, so migration 0006 creates it (dashboard.lists.UrlKey is the expression).
+            # A run's task list in URL order and URL-prefix search (dashboard.lists.UrlKey is
+            # the expression every query uses). Declared so SQLite's table rebuilds keep it; on
+            # PostgreSQL migration 0006 built it with COLLATE "C" (byte order, which lets one
+            # index serve both ORDER BY and a prefix range) and migration 0011 keeps that one.
+            models.Index(
+                models.F("run"),
+                Substr("url", 1, 500),
+                models.F("id"),
+                name="task_run_url_idx",
+            ),
         ]
         constraints = [
             # A remote task names its job; no other task does (the import fences on the job).

@@ -86,6 +86,8 @@ def list_href(listing: Any, **changes: Any) -> str:
 @register.simple_tag
 def sort_header(listing: Any, column: str, label: str) -> str:
     """A column header that sorts the list by `column` (an order an index serves)."""
+    if not listing.can_sort(column):
+        return label  # no index serves this order with the current filters
     arrow = listing.sort_arrow(column)
     return format_html(
         '<a class="sort{}" href="{}">{}{}</a>',

@@ -271,5 +271,19 @@ def test_dashboard_bench():
     summary = run_bench("dashboard.py", *args, ok_codes=(0, 1))
     assert summary["bench"] == "dashboard"
     pages = {r["page"]: r for r in summary["results"]}
-    assert set(pages) == {"run_detail", "quarantine", "runs_overview"}
+    assert set(pages) == {
+        "run_detail",
+        "quarantine",
+        "runs_overview",
+        "tasks",
+        "tasks_desc",
+        "tasks_middle",
+        "tasks_search",
+        "tasks_search_host",
+        "tasks_exact_url",
+        "tasks_quarantined",
+        "tasks_partition",
+    }
+    # Each task list reports the indexes its queries read (EXPLAIN-checked).
+    assert all(isinstance(pages[p]["indexes"], list) for p in pages)
     assert all(r["growth"] > 0 for r in pages.values())

@@ -205,3 +205,31 @@ def test_the_task_list_and_its_url_search_read_the_url_index(world):
             assert client.get(url, params).status_code == 200
         (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
         assert "task_run_url_idx" in _plan(sql), params
+
+
+def test_a_state_filter_lists_tasks_in_task_order_on_the_state_index(world):
+    make_tasks(world.run, 70, partition="zeta.test", state="dead", host="zeta.test")
+    make_tasks(world.run, 5, partition="eta.test", state="committed", host="eta.test")
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    dead = sorted(Task.objects.filter(run=world.run, state="dead").values_list("pk", flat=True))
+    assert [t.pk for p in _walk(client, url, {"state": "dead"}) for t in p] == dead
+    newest = _walk(client, url, {"state": "dead", "sort": "-id"})
+    assert [t.pk for p in newest for t in p] == list(reversed(dead))
+    quarantine = reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk})
+    assert [t.pk for p in _walk(client, quarantine, {"state": "dead"}) for t in p] == dead
+    with CaptureQueriesContext(connection) as captured:
+        client.get(url, {"state": "dead"})
+    (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
+    assert "task_run_state_idx" in _plan(sql)
+
+
+def test_task_order_without_a_state_falls_back_to_url_order(world):
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    response = client.get(url, {"sort": "id"})
+    assert response.status_code == 200
+    listing = response.context["listing"]
+    assert listing.sort == "url" and "sort" not in listing.params
+    # Without a state no index serves task order: the header is not a link.
+    assert b'href="?sort=id' not in response.content
