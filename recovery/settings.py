@@ -13,6 +13,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from recovery.allowlist import parse_networks
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -277,6 +279,10 @@ SALVAGE_DB_OUTAGE_LIMIT = env_float("SALVAGE_DB_OUTAGE_LIMIT", 600.0, minimum=1.
 SALVAGE_DB_RETRY_CAP = env_float("SALVAGE_DB_RETRY_CAP", 30.0, minimum=0.1)
 # Networks a target may resolve to although they are private (CIDRs, comma separated).
 SALVAGE_ALLOWED_NETWORKS = env_list("SALVAGE_ALLOWED_NETWORKS")
+try:  # refused at start-up: a typo here would otherwise fail (quarantine) every fetch
+    parse_networks(SALVAGE_ALLOWED_NETWORKS)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://example.invalid/bot)")
 SALVAGE_MAX_RESPONSE_BYTES = env_int("SALVAGE_MAX_RESPONSE_BYTES", 5_000_000, minimum=1024)
 SALVAGE_REQUEST_DEADLINE = env_float("SALVAGE_REQUEST_DEADLINE", 30.0, minimum=0.1)

@@ -147,3 +147,20 @@ def test_it_refuses_a_bad_debug_value_at_startup(tmp_path):
     result = _load_settings(tmp_path, DEBUG="perhaps", SECRET_KEY="x")
     assert result.returncode != 0
     assert "DEBUG='perhaps' is not a boolean" in result.stderr
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:99999", "10.0.0.0/33", "localhost:8765"])
+def test_it_refuses_a_bad_allow_list_entry_at_start_up(tmp_path, entry):
+    """Refused before anything runs, naming the entry: at fetch time it would quarantine
+    every page of every run."""
+    result = _load_settings(
+        tmp_path, SECRET_KEY="s3cret-for-test", SALVAGE_ALLOWED_NETWORKS=f"127.0.0.1:8765,{entry}"
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and repr(entry) in result.stderr
+
+
+def test_it_starts_with_every_allow_list_form(tmp_path):
+    forms = "127.0.0.1:8765,10.0.0.0/8:443,[::1]:8765,[fd00::]/8:443,192.168.0.0/16,::1/128"
+    result = _load_settings(tmp_path, SECRET_KEY="s3cret-for-test", SALVAGE_ALLOWED_NETWORKS=forms)
+    assert result.returncode == 0, result.stderr
