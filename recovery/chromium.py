@@ -1,11 +1,13 @@
 """The worker's one Chromium: launched through Playwright, never outliving the worker.
 
 Playwright runs a Node.js driver, which starts Chromium in a process group of its own
-(`detached`), so killing the worker's group would not reach it. Both the driver and Chromium
-are therefore started through a tiny exec wrapper that sets a parent-death signal
-(`PR_SET_PDEATHSIG = SIGKILL`) before exec: when the worker dies (even by SIGKILL) the kernel
-kills the driver, whose death kills Chromium; Chromium's own helper processes exit when
-their browser process is gone. The wrapper costs one interpreter start per launch.
+(`detached`), so killing the worker's group would not reach it; and although each exits when
+its pipe closes, a hung Chromium never reads its pipe and the driver waits for it, so a
+SIGKILLed worker would leave both behind. Both are therefore started through a tiny exec
+wrapper that sets a parent-death signal (`PR_SET_PDEATHSIG = SIGKILL`) before exec: when the
+worker dies the kernel kills the driver, whose death kills Chromium; Chromium's helper
+processes exit when their browser process is gone. The wrapper costs one interpreter start
+per launch.
 
 One `Chromium` per worker process and event loop (`shared()`): one browser, and each task
 opens its own context in it. A crashed or disconnected browser is relaunched on next use.
