@@ -95,10 +95,10 @@ def render(urls: list[str], page_type: str = "product", **options: Any) -> list[
 class Listener:
     """A TCP listener that records every connection it accepts (and answers 200)."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, port: int = 0) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, 0))
+        self.sock.bind((host, port))
         self.sock.listen(16)
         self.host = host
         self.port = self.sock.getsockname()[1]
