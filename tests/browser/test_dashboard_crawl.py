@@ -47,6 +47,11 @@ FILTERS = {
 PER_SHAPE = 2
 PER_PATH = 8
 MAX_PAGES = 100
+# Every list page has exactly one search box.
+LISTS = re.compile(
+    r"^/(runs/|runs/\d+/tasks/|runs/\d+/quarantine/|reconcile/|deliveries/|workers/|audit/"
+    r"|exports/|datasets/)$"
+)
 SKIP = re.compile(r"^/(admin/|accounts/logout|static/|exports/\d+\.\w+$)")
 
 
@@ -134,6 +139,8 @@ def crawl(page, base: str) -> dict[str, int]:
             assert rows, f"{url}: a next page with no rows"
             assert not set(rows) & set(previous_rows[url]), f"{url}: next page repeats rows"
         _check_filters(page, page.url)
+        if status == 200 and LISTS.match(urlsplit(page.url).path):
+            assert page.locator("input[name=q]").count() == 1, f"{page.url}: one search box"
         hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
         for href in hrefs:
             _check_href(href, page.url)
