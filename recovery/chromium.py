@@ -79,7 +79,8 @@ class Chromium:
         self._playwright: Any = None
         self._browser: Any = None
         self._lock: asyncio.Lock | None = None
-        self._dir = Path(tempfile.mkdtemp(prefix="salvage-chromium-"))
+        _sweep_dead_dirs()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"salvage-chromium-{os.getpid()}-"))
         self.pidfile = self._dir / "chromium.pid"
         self.launches = 0
 
@@ -161,6 +162,21 @@ class Chromium:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), 10)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _sweep_dead_dirs() -> None:
+    """Remove the wrapper directories of worker processes that no longer exist (a SIGKILLed
+    worker cannot remove its own)."""
+    for path in Path(tempfile.gettempdir()).glob("salvage-chromium-*-*"):
+        pid = path.name.split("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass  # alive, under another user
 
 
 _shared: dict[tuple[int, int, str], Chromium] = {}
