@@ -255,6 +255,7 @@ def main() -> int:
         "tasks_exact_url": tasks(q="http://p7.test/item/57"),
         "tasks_quarantined": tasks(state="quarantined"),
         "tasks_partition": tasks(partition="p7.test", state="dead"),
+        "tasks_partition_only": tasks(partition="p7.test"),
     }
     results = []
     failures = []

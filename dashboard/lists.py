@@ -348,9 +348,13 @@ class ListSpec:
     prepare: Callable[[QuerySet], QuerySet] | None = None  # annotations the sorts need
     search_help: str = "search"
     jump: bool = True  # an exact key in `q` redirects to its object
+    # The default order for the current filters (None: the first usable sort).
+    pick_default: Callable[[QueryDict], str] | None = None
 
     def default_sort(self, params: QueryDict) -> str:
-        """The first sort the current filters let an index serve."""
+        """The order an index serves best for the current filters."""
+        if self.pick_default is not None:
+            return self.pick_default(params)
         return next(name for name, sort in self.sorts.items() if sort.usable(params))
 
 
@@ -464,8 +468,13 @@ def _newest(label: str = "Newest") -> dict[str, Sort]:
 RUNS = ListSpec(
     "runs", RunFilter, _newest(), search_help="dataset name, task key, observation key, job id"
 )
-# A run's tasks: in id order within one state through task_run_state_idx (run_id, state, id)
-# when a state is chosen, else in URL order through task_run_url_idx (run_id, url key, id).
+# A run's tasks. Each order is one index range scan from the cursor on:
+# - one state chosen: task order, task_run_state_idx (run, state, id), or with a partition
+#   task_run_part_state_idx (run, partition, state, id);
+# - a partition without a state: state then task order, task_run_part_state_idx (a partition's
+#   tasks can sit anywhere in URL order, so URL order would read most of the run);
+# - otherwise URL order, task_run_url_idx (run, url key, id); state order reads
+#   task_run_state_idx.
 _BY_ID = {
     "id": Sort("Task", keyset.Order(("id",), descending=False), requires=("state",)),
     "-id": Sort("Task, newest", keyset.Order(("id",), descending=True), requires=("state",)),
@@ -474,12 +483,25 @@ _BY_URL = {
     "url": Sort("URL", keyset.Order(("url_key", "id"), descending=False)),
     "-url": Sort("URL, descending", keyset.Order(("url_key", "id"), descending=True)),
 }
+_BY_STATE = {
+    "state": Sort("State", keyset.Order(("state", "id"), descending=False)),
+    "-state": Sort("State, descending", keyset.Order(("state", "id"), descending=True)),
+}
+
+
+def _task_default(params: QueryDict) -> str:
+    if params.get("state"):
+        return "id"
+    return "state" if params.get("partition") else "url"
+
+
 TASKS = ListSpec(
     "tasks",
     TaskFilter,
-    {**_BY_ID, **_BY_URL},
+    {**_BY_URL, **_BY_ID, **_BY_STATE},
     prepare=_url_key,
     search_help="URL or its beginning, task key, entity key, observation key, job id",
+    pick_default=_task_default,
 )
 # The quarantine page's tasks: its base queryset holds one state, so id order always applies.
 QUARANTINE_TASKS = ListSpec(

@@ -193,7 +193,10 @@ class Task(models.Model):
             # id last: a run's tasks in one state in id order (the quarantine list, a state
             # filter on a run's tasks) are one range scan, however many tasks the run has.
             models.Index(fields=["run", "state", "id"], name="task_run_state_idx"),
-            models.Index(fields=["run", "partition", "state"], name="task_run_part_state_idx"),
+            # id last, as above: a partition's tasks in (state, task) order for its list.
+            models.Index(
+                fields=["run", "partition", "state", "id"], name="task_run_part_state_idx"
+            ),
             models.Index(fields=["run", "last_error_class"], name="task_run_error_idx"),
             # A run's task list in URL order and URL-prefix search (dashboard.lists.UrlKey is
             # the expression every query uses). Declared so SQLite's table rebuilds keep it; on

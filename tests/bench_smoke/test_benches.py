@@ -283,6 +283,7 @@ def test_dashboard_bench():
         "tasks_exact_url",
         "tasks_quarantined",
         "tasks_partition",
+        "tasks_partition_only",
     }
     # Each task list reports the indexes its queries read (EXPLAIN-checked).
     assert all(isinstance(pages[p]["indexes"], list) for p in pages)

@@ -233,3 +233,29 @@ def test_task_order_without_a_state_falls_back_to_url_order(world):
     assert listing.sort == "url" and "sort" not in listing.params
     # Without a state no index serves task order: the header is not a link.
     assert b'href="?sort=id' not in response.content
+
+
+def test_a_partition_alone_lists_its_tasks_by_state_then_task_on_its_index(world):
+    make_tasks(world.run, 40, partition="zeta.test", state="committed", host="zeta.test")
+    make_tasks(world.run, 30, partition="zeta.test", state="dead", host="zeta2.test")
+    make_tasks(world.run, 10, partition="eta.test", state="dead", host="eta.test")
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    expected = [
+        t.pk
+        for t in sorted(
+            Task.objects.filter(run=world.run, partition="zeta.test"), key=lambda t: (t.state, t.pk)
+        )
+    ]
+    first = client.get(url, {"partition": "zeta.test"}).context["listing"]
+    assert first.sort == "state"
+    assert [t.pk for p in _walk(client, url, {"partition": "zeta.test"}) for t in p] == expected
+    whole = [t.pk for p in _walk(client, url, {"sort": "-state"}) for t in p]
+    assert whole == [
+        t.pk
+        for t in sorted(Task.objects.filter(run=world.run), key=lambda t: (t.state, t.pk))[::-1]
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        client.get(url, {"partition": "zeta.test"})
+    (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
+    assert "task_run_part_state_idx" in _plan(sql)
