@@ -48,6 +48,9 @@ ROW_UNCERTAIN = "Uncertain destination write"
 ROW_BUDGET = "Retry budget exhausted"
 # Classes the seed does not name; each needs a change by a human before another try helps.
 ROW_LOCAL = "Refused or unusable response (not in the seed table: needs a human)"
+# Not fetched at all: the site's robots.txt refuses the URL (recovery.robots). Terminal until a
+# human changes the manifest or opts the dataset out with a reason.
+ROW_ROBOTS = "Disallowed by the site's robots.txt (not in the seed table: never fetched)"
 
 SEED_ROWS = (
     ROW_NETWORK,
@@ -82,6 +85,7 @@ RETRY_TABLE: dict[ErrorClass, Rule] = {
     ErrorClass.BAD_ENCODING: Rule(Action.QUARANTINE, ROW_LOCAL),
     ErrorClass.CLIENT_ERROR: Rule(Action.QUARANTINE, ROW_LOCAL),
     ErrorClass.INTERNAL: Rule(Action.QUARANTINE, ROW_LOCAL),
+    ErrorClass.ROBOTS_DISALLOWED: Rule(Action.QUARANTINE, ROW_ROBOTS),
 }
 
 # Actions after which the task waits and is claimed again (the budgets apply to these).

@@ -56,6 +56,7 @@ TOP_KEYS = frozenset(
         "page_types",
         "default_page_type",
         "rules",
+        "robots",
     }
 )
 PAGE_TYPE_KEYS = frozenset({*MARKERS, "fields", "links", "cursor"})
@@ -325,6 +326,25 @@ def _rule(value: Any, where: str, fields: set[str]) -> dict[str, Any]:
     return out
 
 
+def _robots(value: Any) -> dict[str, Any]:
+    """`robots = { obey = false, reason = "..." }`: robots.txt is obeyed unless a reason is given
+    for not doing so (recovery.robots; saving the spec writes the reason to the audit log)."""
+    table = _table(value, "robots")
+    _no_unknown(table, frozenset({"obey", "reason"}), "robots")
+    obey = _bool(table.get("obey", True), "robots.obey")
+    if obey:
+        if "reason" in table:
+            _str(table["reason"], "robots.reason", allow_empty=True)
+        return {"obey": True}
+    reason = _str(table.get("reason", ""), "robots.reason", allow_empty=True).strip()
+    if len(reason) < 10:
+        raise SpecError(
+            "robots.reason: obey = false needs a stated reason (at least 10 characters), "
+            "e.g. the site owner's written permission"
+        )
+    return {"obey": False, "reason": reason}
+
+
 def _check_provider_options(provider: str, options: dict[str, Any]) -> None:
     """Let the provider's own `parse_options` judge its options now, at load time, rather
     than at the first claim when a whole run is already waiting on a typo."""
@@ -436,6 +456,10 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     _check_provider_options(provider, options)
     spec["provider_options"] = options
 
+    if "robots" in raw:
+        # Only written when given, so the specs saved before robots.txt support keep their hash.
+        spec["robots"] = _robots(raw["robots"])
+
     rules_raw = raw.get("rules", [])
     if not isinstance(rules_raw, list):
         raise SpecError("rules: must be an array of tables ([[rules]])")
@@ -520,6 +544,9 @@ def save_dataset(spec: dict[str, Any], *, actor: str = "system") -> tuple[Any, s
                 spec=spec,
                 **({"previous_sha256": previous} if outcome == "updated" else {}),
             )
+            robots = spec.get("robots") or {}
+            if robots.get("obey") is False:
+                audit.record(actor, "robots_opt_out", dataset, robots["reason"])
     return dataset, outcome
 
 

@@ -34,6 +34,7 @@ class ErrorClass(enum.StrEnum):
     BAD_ENCODING = "bad_encoding"
     CLIENT_ERROR = "client_error"  # other 4xx
     INTERNAL = "internal_error"  # a bug in a provider: quarantined for a human
+    ROBOTS_DISALLOWED = "robots_disallowed"  # the site's robots.txt refuses it: never fetched
 
 
 @dataclass(slots=True)

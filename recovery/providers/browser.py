@@ -6,7 +6,10 @@ Chromium, killed with the worker), at most `concurrency` contexts open at once a
 per host, and one fresh context per task (no cookies, storage or cache shared between tasks).
 
 One task, all inside one total `deadline`:
-1. the URL is checked as the direct provider checks it (scheme, credentials, numeric host);
+1. the URL is checked as the direct provider checks it (scheme, credentials, numeric host),
+   and against the origin's robots.txt with the direct provider's own code (recovery.robots,
+   read through a guarded `Fetcher`): a refused URL is `robots_disallowed`, never navigated to,
+   and a Crawl-delay spaces navigations to that host;
 2. a context is opened whose only way out is the task's own `GuardedProxy`
    (recovery.browser_proxy): every request the page makes is checked by the direct provider's
    address policy and connected to the checked address; service workers are blocked;
@@ -37,10 +40,10 @@ from urllib.parse import urlsplit
 import httpx
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import artefacts, extraction, failures
+from recovery import artefacts, extraction, failures, robots
 from recovery.browser_proxy import GuardedProxy
 from recovery.chromium import BrowserMissing, close_shared, shared
-from recovery.http import AddressGuard, BlockedURL, Page, default_port
+from recovery.http import AddressGuard, BlockedURL, Fetcher, Page, default_port
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
 from recovery.providers import register
@@ -143,6 +146,7 @@ class BrowserProvider:
     # Discovery and extraction are the direct provider's own code, run on the rendered DOM.
     extract = DirectProvider.extract
     partition_for = staticmethod(DirectProvider.partition_for)
+    robots_refusal = DirectProvider.robots_refusal
 
     def __init__(self, **options: Any) -> None:
         from django.conf import settings
@@ -175,6 +179,11 @@ class BrowserProvider:
         self.offset_param = o.get("offset_param", "offset")
         # Fail at construction on a bad allow-list, not on the first task.
         self.guard = AddressGuard.from_settings()
+        # robots.txt is read by the guarded client, not the browser: the same rules and cache
+        # as the direct provider, and its host gates carry the Crawl-delay spacing.
+        self.robots = robots.RobotsPolicy(
+            Fetcher(per_host=self.per_host, user_agent=self.user_agent), self.user_agent
+        )
         self._gates: dict[str, asyncio.Semaphore] = {}
         self._pool: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -218,6 +227,7 @@ class BrowserProvider:
         # The worker closes its providers when it stops: the browser goes with them (another
         # provider instance on this loop would start a new one on its next task).
         await close_shared()
+        await self.robots.fetcher.aclose()
 
     async def execute(self, task: TaskInput) -> Outcome:
         page_spec = (task.spec.get("page_types") or {}).get(task.page_type)
@@ -228,6 +238,11 @@ class BrowserProvider:
             self._check_url(task.url)
         except BlockedURL as exc:
             return _failure(ErrorClass.BLOCKED, exc.detail)
+        refusal = await self.robots_refusal(task)
+        if refusal is not None:
+            return refusal
+        if robots.obeys(task.spec):
+            await self.robots.pace(task.url)
         chromium = shared(self.executable)
         browser = await chromium.browser()
         proxy = GuardedProxy(self.guard)

@@ -15,7 +15,11 @@ size cap, total deadline, redirects followed hop by hop), then:
    `navigation={"offset": k, "page": n}` when the next URL carries an offset parameter
    (provider option `offset_param`, default "offset"). Offsets are navigation only: the
    entities on an offset page become their own tasks, stored by entity key, so a shifting
-   listing cannot lose or duplicate a record (the final inventory is validated instead).
+   listing cannot lose or duplicate a record.
+
+robots.txt (recovery.robots) is read per origin before the first page of a host is fetched;
+a refused URL is `robots_disallowed` without a request, and Crawl-delay raises the host's
+spacing. A spec opts out only with `robots = { obey = false, reason = "..." }`.
 
 Provider options (the dataset's `provider_options`; no secrets): concurrency, per_host,
 min_delay, max_host_delay, connect_timeout, read_timeout, deadline, max_bytes, max_redirects,
@@ -35,7 +39,7 @@ from urllib.parse import urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import extraction, failures
+from recovery import extraction, failures, robots
 from recovery.http import Fetcher, FetchError, Page
 from recovery.keys import canonical_url
 from recovery.logs import redact
@@ -171,6 +175,7 @@ class DirectProvider:
             max_bytes=o.get("max_bytes"),
             max_redirects=o.get("max_redirects", 5),
         )
+        self.robots = robots.RobotsPolicy(self.fetcher, settings.SALVAGE_USER_AGENT)
 
     def _gate(self) -> asyncio.Semaphore:
         # One bound per provider instance (the worker keeps one per process and may call
@@ -209,6 +214,9 @@ class DirectProvider:
         if page_spec is None:
             reason = f"page type {task.page_type!r} is not defined in the dataset spec"
             return _failure(ErrorClass.SELECTOR, reason, None)
+        refusal = await self.robots_refusal(task)
+        if refusal is not None:
+            return refusal
         try:
             page = await self.fetcher.fetch(task.url)
         except FetchError as exc:
@@ -238,6 +246,21 @@ class DirectProvider:
             return _failure(exc.error_class, exc.reason, page)
         except extraction.ExtractionError as exc:
             return _failure(ErrorClass.SELECTOR, str(exc), page)
+
+    async def robots_refusal(self, task: TaskInput) -> Outcome | None:
+        """None when robots.txt lets this task's URL be fetched (or the dataset opted out);
+        otherwise the outcome that stands in for the fetch that never happens."""
+        if not robots.obeys(task.spec):
+            return None
+        verdict = await self.robots.check(task.run_id, task.url)
+        if verdict.allowed:
+            return None
+        error_class = verdict.error_class or ErrorClass.ROBOTS_DISALLOWED
+        return Outcome(
+            error_class=error_class,
+            error_detail=redact(verdict.detail),
+            artefact=artefact(None, verdict.detail),
+        )
 
     def extract(
         self, task: TaskInput, page: Page, view: PageView, page_spec: dict[str, Any]

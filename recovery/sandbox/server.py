@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from recovery.sandbox import jsshop, site
+from recovery.sandbox import jsshop, robots, site
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ def build_app(
     faults: str = "none",
     *,
     simulators: dict[str, dict[str, Any]] | None = None,
+    robots_txt: str | int = robots.ALLOW_ALL,
+    robots_redirect_text: str = "",
     **shop_options: Any,
 ) -> web.Application:
     """The shop at `/` and every available simulator at `/<name>/`.
@@ -44,8 +46,11 @@ def build_app(
     `simulators` maps a simulator name to its make_app options; None mounts all that exist
     with their defaults. `app[site.SHOP_KEY]` is the Shop; `app[SIMULATORS_KEY]` maps each
     mounted name to its sub-application (for tests that reach into simulator state).
+    `robots_txt` is what /robots.txt serves (recovery.sandbox.robots; allow-all by default) and
+    `app[robots.REQUESTS]` logs every path requested, in order.
     """
     app = site.make_app(pages=pages, seed=seed, faults=faults, **shop_options)
+    robots.install(app, robots_txt, robots_redirect_text)
     # Pages that need JavaScript (the browser provider), at /js/.
     js = jsshop.make_app(pages=pages, seed=seed)
     app.add_subapp("/js/", js)

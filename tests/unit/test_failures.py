@@ -40,6 +40,7 @@ LOCAL_CLASSES = [
     ErrorClass.BAD_ENCODING,
     ErrorClass.CLIENT_ERROR,
     ErrorClass.INTERNAL,
+    ErrorClass.ROBOTS_DISALLOWED,
 ]
 
 
@@ -61,7 +62,8 @@ def test_the_table_covers_every_class_and_every_seed_row_exactly():
     named = {c for _row, classes, _a in SEED_TABLE for c in classes} | set(LOCAL_CLASSES)
     assert named == set(ErrorClass)
     assert {rule.seed_row for rule in failures.RETRY_TABLE.values()} == set(failures.SEED_ROWS) | {
-        failures.ROW_LOCAL
+        failures.ROW_LOCAL,
+        failures.ROW_ROBOTS,
     }
 
 
