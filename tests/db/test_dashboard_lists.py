@@ -259,3 +259,35 @@ def test_a_partition_alone_lists_its_tasks_by_state_then_task_on_its_index(world
         client.get(url, {"partition": "zeta.test"})
     (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
     assert "task_run_part_state_idx" in _plan(sql)
+
+
+ODD_SEARCHES = ["http://[", "%", "_", "'", "\\", "a" * 2000, "\U0010ffff", "http://", "://", "-"]
+
+
+@pytest.mark.parametrize("q", ODD_SEARCHES)
+def test_every_search_box_takes_odd_text_without_an_error(world, q):
+    admin = _client(world, "admin")
+    pages = [
+        reverse("dashboard:runs"),
+        reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk}),
+        reverse("dashboard:quarantine", kwargs={"run_id": world.run.pk}),
+        reverse("dashboard:reconcile"),
+        reverse("dashboard:deliveries"),
+        reverse("dashboard:workers"),
+        reverse("dashboard:audit"),
+        reverse("dashboard:datasets"),
+    ]
+    for url in pages:
+        response = admin.get(url, {"q": q})
+        assert response.status_code == 200, (url, q, response.status_code)
+        if q in ("%", "_", "'", "\\"):
+            # Text, never a pattern: no task URL, worker or name begins with these.
+            assert response.context["listing"].rows == [], (url, q)
+
+
+def test_deliveries_find_an_event_by_its_id_or_its_beginning(world):
+    client = _client(world, "admin")
+    url = reverse("dashboard:deliveries")
+    event = world.failed_event
+    for q in (str(event.pk), str(event.pk)[:8], str(event.pk).upper()):
+        assert [e.pk for e in client.get(url, {"q": q}).context["listing"].rows] == [event.pk]
