@@ -42,7 +42,7 @@ def story(request: HttpRequest) -> HttpResponse:
 @require_POST
 @permission_required("recovery.create_recovery_batch", raise_exception=True)
 def load_repaired_spec(request: HttpRequest) -> HttpResponse:
-    ok, outcome = engine.call(request, "demo_story.load_repaired_spec", request.user.get_username())
+    ok, outcome = engine.call(request, demo_story.load_repaired_spec, request.user.get_username())
     if ok:
         messages.success(request, f"Spec version 2 loaded ({outcome}): the price selector is fixed")
     return redirect("dashboard:demo")

@@ -19,6 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+import recovery.exports
+import recovery.reconcile
 from dashboard import (
     charts,
     engine,
@@ -36,7 +38,17 @@ from dashboard.forms import (
     RecoveryBatchForm,
     ReviewedForm,
 )
-from recovery import artefacts, confirmations, counters, figures, liveness
+from recovery import (
+    acceptance,
+    artefacts,
+    confirmations,
+    counters,
+    figures,
+    liveness,
+    outbox,
+    reruns,
+    triage,
+)
 from recovery.models import (
     Attempt,
     AuditEntry,
@@ -271,7 +283,7 @@ def run_accept(request: HttpRequest, run_id: int) -> HttpResponse:
             button=f"Yes, accept run #{run.pk}",
             back=reverse("dashboard:run", args=[run.pk]),
         )
-    ok, _ = engine.call(request, "acceptance.accept_run", run.pk, actor=_actor(request))
+    ok, _ = engine.call(request, acceptance.accept_run, run.pk, actor=_actor(request))
     if ok:
         messages.success(request, f"Run {run} accepted.")
     return redirect("dashboard:run", run_id=run.pk)
@@ -295,7 +307,7 @@ def run_reject(request: HttpRequest, run_id: int) -> HttpResponse:
         )
     ok, _ = engine.call(
         request,
-        "acceptance.reject_run",
+        acceptance.reject_run,
         run.pk,
         actor=_actor(request),
         reason=form.cleaned_data["reason"],
@@ -319,7 +331,7 @@ def run_publish(request: HttpRequest, run_id: int) -> HttpResponse:
             button=f"Yes, publish run #{run.pk}",
             back=reverse("dashboard:run", args=[run.pk]),
         )
-    ok, _ = engine.call(request, "acceptance.publish_run", run.pk, actor=_actor(request))
+    ok, _ = engine.call(request, acceptance.publish_run, run.pk, actor=_actor(request))
     if ok:
         messages.success(request, f"Run {run} published.")
     return redirect("dashboard:run", run_id=run.pk)
@@ -426,7 +438,7 @@ def add_note(request: HttpRequest, run_id: int) -> HttpResponse:
     if form.is_valid():
         ok, _ = engine.call(
             request,
-            "triage.add_note",
+            triage.add_note,
             run.pk,
             _actor(request),
             form.cleaned_data["text"],
@@ -450,7 +462,7 @@ def mark_reviewed(request: HttpRequest, run_id: int) -> HttpResponse:
     form = ReviewedForm(request.POST)
     if form.is_valid():
         partition = form.cleaned_data["partition"]
-        ok, _ = engine.call(request, "triage.mark_reviewed", run.pk, partition, _actor(request))
+        ok, _ = engine.call(request, triage.mark_reviewed, run.pk, partition, _actor(request))
         if ok:
             messages.success(request, f"Partition {partition} marked reviewed.")
     else:
@@ -492,7 +504,7 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
     if _confirmed(request) and expected:
         ok, batch = engine.call(
             request,
-            "reruns.create_recovery_batch",
+            reruns.create_recovery_batch,
             run.pk,
             **selection,
             reason=data["reason"],
@@ -508,7 +520,7 @@ def create_batch(request: HttpRequest, run_id: int) -> HttpResponse:
         # Refused (the count moved, or the selection no longer matches): show it again as it
         # is now, or go back to the form if it matches nothing.
     # Nothing changes yet: the count is the batch's own selection query (reruns.selected_tasks).
-    ok, preview = engine.call(request, "reruns.preview_recovery_batch", run.pk, **selection)
+    ok, preview = engine.call(request, reruns.preview_recovery_batch, run.pk, **selection)
     if not ok:
         return redirect("dashboard:quarantine", run_id=run.pk)
     return render(
@@ -565,7 +577,7 @@ def reconcile_attach(request: HttpRequest, job_id: int) -> HttpResponse:
         return redirect("dashboard:reconcile")
     ok, _ = engine.call(
         request,
-        "reconcile.attach_job_id",
+        recovery.reconcile.attach_job_id,
         job.pk,
         form.cleaned_data["provider_job_id"],
         actor=_actor(request),
@@ -577,7 +589,7 @@ def reconcile_attach(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 def _reconcile_decision(
-    request: HttpRequest, job_id: int, *, path: str, consequence, title: str, done: str
+    request: HttpRequest, job_id: int, *, action, consequence, title: str, done: str
 ) -> HttpResponse:
     """Replace and dismiss: a confirmation page first (with the reason), then one engine call."""
     job = get_object_or_404(RemoteJob.objects.select_related("run__dataset"), pk=job_id)
@@ -593,7 +605,7 @@ def _reconcile_decision(
             form=form,
         )
     ok, _ = engine.call(
-        request, path, job.pk, actor=_actor(request), reason=form.cleaned_data["reason"]
+        request, action, job.pk, actor=_actor(request), reason=form.cleaned_data["reason"]
     )
     if ok:
         messages.success(request, f"Remote job {job.pk}: {done}.")
@@ -607,7 +619,7 @@ def reconcile_replace(request: HttpRequest, job_id: int) -> HttpResponse:
     return _reconcile_decision(
         request,
         job_id,
-        path="reconcile.replace_attempt",
+        action=recovery.reconcile.replace_attempt,
         consequence=confirmations.replace,
         title="Replace remote job #{job.pk} with a new paid job?",
         done="replacement attempt created",
@@ -621,7 +633,7 @@ def reconcile_dismiss(request: HttpRequest, job_id: int) -> HttpResponse:
     return _reconcile_decision(
         request,
         job_id,
-        path="reconcile.dismiss",
+        action=recovery.reconcile.dismiss,
         consequence=confirmations.dismiss,
         title="Dismiss remote job #{job.pk}?",
         done="dismissed",
@@ -699,7 +711,7 @@ def deliveries(request: HttpRequest) -> HttpResponse:
 @permission_required("recovery.retry_delivery", raise_exception=True)
 def delivery_retry(request: HttpRequest, event_id) -> HttpResponse:
     event = get_object_or_404(OutboxEvent, pk=event_id)
-    ok, _ = engine.call(request, "outbox.retry_delivery", event.pk, actor=_actor(request))
+    ok, _ = engine.call(request, outbox.retry_delivery, event.pk, actor=_actor(request))
     if ok:
         messages.success(request, f"Delivery {event.pk} queued for retry.")
     return redirect("dashboard:deliveries")
@@ -710,7 +722,7 @@ def delivery_retry(request: HttpRequest, event_id) -> HttpResponse:
 @permission_required("recovery.retry_delivery", raise_exception=True)
 def delivery_lookup(request: HttpRequest, event_id) -> HttpResponse:
     event = get_object_or_404(OutboxEvent, pk=event_id)
-    ok, found = engine.call(request, "outbox.lookup_delivery", event.pk, actor=_actor(request))
+    ok, found = engine.call(request, outbox.lookup_delivery, event.pk, actor=_actor(request))
     if ok:
         answer = {True: "found", False: "not found", None: "no answer"}.get(found.get("found"))
         state = found.get("state")
@@ -756,14 +768,9 @@ def workers(request: HttpRequest) -> HttpResponse:
 @permission_required("recovery.export_dataset", raise_exception=True)
 def exports(request: HttpRequest) -> HttpResponse:
     listing = lists.bind(request, lists.DATASETS, Dataset.objects.all())
-    try:
-        current_run = engine.service("exports.current_run")
-    except engine.ServiceUnavailable:
-        current_run = None
-        messages.error(request, "exports.current_run is not available in this build.")
     rows = []
     for dataset in listing.rows:
-        current = current_run(dataset.name) if current_run else None
+        current = recovery.exports.current_run(dataset.name)
         older = Run.objects.filter(dataset=dataset, acceptance_state__in=AVAILABLE)
         if current is not None:
             older = older.exclude(pk=current.pk)
@@ -795,7 +802,7 @@ def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse
     run = get_object_or_404(
         Run.objects.select_related("dataset"), pk=run_id, acceptance_state__in=AVAILABLE
     )
-    ok, chunks = engine.call(request, "exports.download", run.pk, fmt, _actor(request))
+    ok, chunks = engine.call(request, recovery.exports.download, run.pk, fmt, _actor(request))
     if not ok:
         return redirect("dashboard:exports")
     response = StreamingHttpResponse(chunks, content_type=EXPORT_TYPES[fmt])

@@ -1,14 +1,14 @@
 """Hooks that drive acceptance and outbox delivery from the engine's loops.
 
-Imported at the bottom of recovery/worker.py and recovery/dispatch.py (as recovery.remote is),
-it registers:
+recovery/worker.py and recovery/dispatch.py name these in their STEPS, IDLE_CHECKS and
+TICK_HOOKS:
 - a worker step that runs `acceptance.advance_runs()` (complete recovery batches, make
   candidates, auto-accept) at most once per SALVAGE_ADVANCE_SECONDS while tasks are flowing;
 - a worker idle check that runs it once more before `work --until-idle` stops, so the run is a
   candidate (or accepted) when the command returns;
 - a dispatcher tick hook that, when a run or batch is ready to move, enqueues
-  `recovery.acceptance_tasks.advance_runs`, and when outbox events are due enqueues
-  `recovery.acceptance_tasks.deliver_due` (each at most once per SALVAGE_OUTBOX_SWEEP_SECONDS).
+  `recovery.tasks.advance_runs`, and when outbox events are due enqueues
+  `recovery.tasks.deliver_due` (each at most once per SALVAGE_OUTBOX_SWEEP_SECONDS).
   The tick only looks (cheap counter reads) and enqueues: the evaluation itself never runs
   inside the tick's transaction. A crash between an acceptance's COMMIT and its wake-up is
   healed here: the event waits in the table, never lost.
@@ -60,21 +60,10 @@ def dispatch_hook() -> int:
     every = _interval("SALVAGE_OUTBOX_SWEEP_SECONDS", 5.0)
     if now - _last["advance_wake"] >= every and acceptance.ready_to_advance():
         _last["advance_wake"] = now
-        _enqueue("recovery.acceptance_tasks.advance_runs")
+        _enqueue("recovery.tasks.advance_runs")
         sent += 1
     if now - _last["sweep"] >= every and outbox.has_due():
         _last["sweep"] = now
-        _enqueue("recovery.acceptance_tasks.deliver_due")
+        _enqueue("recovery.tasks.deliver_due")
         sent += 1
     return sent
-
-
-def register() -> None:
-    from recovery import dispatch, worker
-
-    worker.register_step(advance_step)
-    worker.register_idle_check(advance_before_idle)
-    dispatch.register_tick_hook(dispatch_hook)
-
-
-register()

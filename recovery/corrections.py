@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -100,8 +101,21 @@ def supersede(
     return True
 
 
-def divert_published(rows: Sequence[tuple]) -> list[tuple]:
-    """Filter the engine's observation rows `(key, entity, payload_json, hash, plan)`.
+@dataclass(frozen=True, slots=True)
+class ObservationRow:
+    """One observation the engine's commit is about to write (recovery.leases)."""
+
+    observation_key: str
+    entity_key: str
+    payload_json: str  # canonical JSON: payload_hash is computed over this spelling
+    payload_hash: str
+    # The commit's plan for the task that observed it: `claimed` (run, window, partition,
+    # task, recovery batch, scraper version) and `attempt_id`.
+    plan: Any
+
+
+def divert_published(rows: Sequence[ObservationRow]) -> list[ObservationRow]:
+    """Filter the engine's observation rows.
 
     An existing observation of an accepted or published run gets a new version via
     `supersede()` (same value: nothing to do); every other row is returned for the engine's
@@ -110,7 +124,7 @@ def divert_published(rows: Sequence[tuple]) -> list[tuple]:
     """
     if not rows:
         return list(rows)
-    run_ids = {row[4].claimed.run_id for row in rows}
+    run_ids = {row.plan.claimed.run_id for row in rows}
     published = set(
         Run.objects.filter(pk__in=run_ids, acceptance_state__in=VERSIONED_STATES).values_list(
             "pk", flat=True
@@ -118,23 +132,23 @@ def divert_published(rows: Sequence[tuple]) -> list[tuple]:
     )
     if not published:
         return list(rows)
-    candidates = [row for row in rows if row[4].claimed.run_id in published]
+    candidates = [row for row in rows if row.plan.claimed.run_id in published]
     existing = dict(
-        Observation.objects.filter(observation_key__in=[row[0] for row in candidates]).values_list(
-            "observation_key", "pk"
-        )
+        Observation.objects.filter(
+            observation_key__in=[row.observation_key for row in candidates]
+        ).values_list("observation_key", "pk")
     )
     kept = []
     for row in rows:
-        key, _entity, payload_json, digest, plan = row
-        if plan.claimed.run_id not in published or key not in existing:
+        plan = row.plan
+        if plan.claimed.run_id not in published or row.observation_key not in existing:
             kept.append(row)
             continue
         batch = plan.claimed.recovery_batch_id
         supersede(
-            existing[key],
-            json.loads(payload_json),
-            digest,
+            existing[row.observation_key],
+            json.loads(row.payload_json),
+            row.payload_hash,
             plan.attempt_id,
             reason=f"recovery batch {batch}" if batch else "re-collected",
             scraper_version=plan.claimed.scraper_version,

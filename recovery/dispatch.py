@@ -31,7 +31,7 @@ from django import db
 from django.conf import settings
 from django.db import connection, transaction
 
-from recovery import counters
+from recovery import acceptance_steps, counters, remote
 from recovery.leases import CLAIMABLE_SQL
 
 log = logging.getLogger(__name__)
@@ -41,15 +41,10 @@ TASK_FUNC = "recovery.tasks.run_batch_task"
 _ADVISORY_KEY = 0x5A17D15
 COMPACT_MIN_ROWS = 200
 
-# Other parts of the engine (remote-job polling) add their own per-tick work here:
-# fn() -> number of wake-ups it sent. Called inside the tick's transaction.
-TICK_HOOKS: list[Callable[[], int]] = []
-
-
-def register_tick_hook(fn: Callable[[], int]) -> Callable[[], int]:
-    if fn not in TICK_HOOKS:
-        TICK_HOOKS.append(fn)
-    return fn
+# The tick's other work, written out: fn() -> number of wake-ups it sent, called inside the
+# tick's transaction. Acceptance and outbox: wake advance_runs / deliver_due when runs are
+# ready or events are due. Remote jobs: wake poll_remote_jobs to send, reap and poll.
+TICK_HOOKS: tuple[Callable[[], int], ...] = (acceptance_steps.dispatch_hook, remote.dispatch_hook)
 
 
 def _uses_orm_broker() -> bool:
@@ -169,12 +164,3 @@ def run_dispatcher(
             db.close_old_connections()
         stop.wait(tick_seconds)
     return sent
-
-
-# Acceptance and outbox: importing recovery.acceptance_steps registers a tick hook that advances
-# runs (candidate, auto-accept, batch completion) and wakes outbox delivery for due events.
-from recovery import acceptance_steps as _acceptance_steps  # noqa: E402, F401
-
-# Remote jobs: importing recovery.remote registers a tick hook that wakes a cluster worker to
-# send, reap and poll due remote jobs (recovery.remote_tasks.poll_remote_jobs).
-from recovery import remote as _remote  # noqa: E402, F401

@@ -35,6 +35,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from recovery import corrections, counters, failures, faults, keys
+from recovery.corrections import ObservationRow
 from recovery.failures import Action
 from recovery.providers.base import ErrorClass, Outcome, TaskInput
 from recovery.states.task import CLAIMABLE_ORDER, TaskState, sql_list
@@ -633,7 +634,7 @@ def _insert_attempts(cursor, rows: list[tuple[_Plan, str, str, str]], finished) 
         )
 
 
-def _observation_rows(plans: list[_Plan]) -> list[tuple]:
+def _observation_rows(plans: list[_Plan]) -> list[ObservationRow]:
     """(observation_key, entity_key, payload_json, hash, plan) deduplicated by key.
 
     Two tasks of one batch may report the same entity; one statement may not upsert a row
@@ -643,7 +644,7 @@ def _observation_rows(plans: list[_Plan]) -> list[tuple]:
     rows: dict[str, tuple] = {}
     for plan in plans:
         for okey, entity_key, payload_json, digest in _plan_observations(plan):
-            rows[okey] = (okey, entity_key, payload_json, digest, plan)
+            rows[okey] = ObservationRow(okey, entity_key, payload_json, digest, plan)
     return [rows[k] for k in sorted(rows)]
 
 
@@ -664,7 +665,7 @@ def _plan_observations(plan: _Plan) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _upsert_observations(cursor, rows: list[tuple], now_param) -> int:
+def _upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
     pg = _pg()
     json_mark = "::jsonb" if pg else ""
     casts = ("",) * 5 + (json_mark,) + ("",) * 8
@@ -672,18 +673,18 @@ def _upsert_observations(cursor, rows: list[tuple], now_param) -> int:
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
         params: list[Any] = []
-        for okey, entity_key, payload_json, digest, plan in chunk:
-            c = plan.claimed
+        for row in chunk:
+            c = row.plan.claimed
             params += [
                 c.run_id,
-                okey,
-                entity_key[:500],
+                row.observation_key,
+                row.entity_key[:500],
                 c.window,
                 c.partition,
-                payload_json,
-                digest,
+                row.payload_json,
+                row.payload_hash,
                 c.task_id,
-                plan.attempt_id if pg else plan.attempt_id.hex,
+                row.plan.attempt_id if pg else row.plan.attempt_id.hex,
                 c.scraper_version,
                 "pending",
                 1,
@@ -805,7 +806,7 @@ def _commit(
             attempt_rows.append((p, "lost_lease", detail, worker_id))
         if attempt_rows:
             _insert_attempts(cursor, attempt_rows, finished)
-        obs_rows = [r for r in obs_rows if id(r[4]) in won_ids]
+        obs_rows = [r for r in obs_rows if id(r.plan) in won_ids]
         # A changed value of a published run becomes a versioned correction (not an overwrite).
         obs_rows = corrections.divert_published(obs_rows)
         if obs_rows:
@@ -1129,12 +1130,12 @@ def _commit_pg_one_statement(
     worker_id: str, plans: list[_Plan], finished: datetime, holder: Holder
 ) -> CommitSummary:
     v_rows, a_rows, o_rows, c_rows = [], [], [], []
-    obs_by_seq: dict[int, tuple] = {}
+    obs_by_seq: dict[int, ObservationRow] = {}
     for p in plans:
         c = p.claimed
         for okey, entity_key, payload_json, digest in _plan_observations(p):
             seq = len(o_rows)
-            obs_by_seq[seq] = (okey, entity_key, payload_json, digest, p)
+            obs_by_seq[seq] = ObservationRow(okey, entity_key, payload_json, digest, p)
             o_rows.append(
                 [seq, okey, c.run_id, entity_key[:500], c.window, c.partition, payload_json,
                  digest, c.task_id, p.attempt_id, c.scraper_version]
@@ -1189,7 +1190,7 @@ def _commit_pg_one_statement(
             # (recovery.corrections), in this same transaction; new keys are upserted.
             rows = {}
             for seq in sorted(held):
-                rows[obs_by_seq[seq][0]] = obs_by_seq[seq]
+                rows[obs_by_seq[seq].observation_key] = obs_by_seq[seq]
             kept = corrections.divert_published([rows[k] for k in sorted(rows)])
             if kept:
                 with connection.cursor() as django_cursor:

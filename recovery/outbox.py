@@ -196,7 +196,7 @@ def wake(event_id: Any = None) -> None:
     try:
         from django_q.tasks import async_task
 
-        async_task("recovery.acceptance_tasks.deliver_due", q_options={"group": "outbox"})
+        async_task("recovery.tasks.deliver_due", q_options={"group": "outbox"})
     except Exception:  # a broker hiccup must not fail the accepted change; the sweep retries
         return
 

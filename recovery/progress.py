@@ -179,13 +179,10 @@ def counted(
             progress.advance(count(item))
 
 
-def watch_worker(worker_id: str, *, stream: IO[str] | None = None) -> Progress:
-    """Show a `manage.py work` process's committed tasks and rate (from its heartbeat row).
-
-    Registered as a worker loop step (recovery.worker.register_step) that reads one indexed
-    row at most once a second and never claims it did work.
-    """
-    from recovery import worker
+def watch_worker(worker_id: str, *, stream: IO[str] | None = None) -> Callable[[str], bool]:
+    """A worker loop step (`worker.run_forever(extra_steps=...)`) that shows a `manage.py work`
+    process's committed tasks and rate (from its heartbeat row): it reads one indexed row at
+    most once a second and never claims it did work."""
     from recovery.models import WorkerHeartbeat
 
     progress = Progress(f"work {worker_id}", unit="tasks committed", stream=stream)
@@ -204,5 +201,4 @@ def watch_worker(worker_id: str, *, stream: IO[str] | None = None) -> Progress:
                 progress.update(row[0], note=f"claimed {row[1]:,}")
         return False
 
-    worker.register_step(step)
-    return progress
+    return step

@@ -104,7 +104,7 @@ def replace_attempt(job_id: int, actor: str, reason: str) -> RemoteJob:
         # A new attempt and a new job (never sent: lease_token 0), linked to the original; the
         # tasks leave the original (remote -> pending) and the new job takes them (-> remote)
         # in this transaction, so the original can never commit them.
-        replacement = remote._create_job(
+        replacement = remote.create_job(
             job.run, provider, held, worker=f"operator:{actor}", replaces=job, lease=False
         )
         released = task_states.release_from_job(job.pk, TaskState.PENDING)

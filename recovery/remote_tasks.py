@@ -1,16 +1,6 @@
-"""django-q2 entry point for remote jobs (the dispatcher's tick hook sends these wake-ups)."""
+"""Alias: queued items written before the merge name `recovery.remote_tasks.poll_remote_jobs`;
+the entry point is recovery.tasks'. Remove once no such item can be waiting."""
 
-from __future__ import annotations
+from recovery.tasks import poll_remote_jobs
 
-from recovery import remote, worker
-
-_worker_id: str | None = None
-
-
-def poll_remote_jobs() -> str:
-    """Send unsent jobs, reap lost senders, poll due jobs, mirror media handoffs."""
-    global _worker_id
-    if _worker_id is None:
-        _worker_id = worker.new_worker_id("qr")
-    did = remote.worker_step(_worker_id)
-    return f"remote: {'worked' if did else 'nothing due'}"
+__all__ = ["poll_remote_jobs"]

@@ -1,23 +1,28 @@
 """django-q2 entry points only: each takes plain values, calls one engine function, returns a
 short summary. django-q2 acknowledges a queue item after the function returns, so everything
-here returns only after our COMMIT (commit first, acknowledge second)."""
+here returns only after our COMMIT (commit first, acknowledge second).
+
+Queued items name these functions by path (`recovery.tasks.<name>`); items queued before the
+acceptance and remote entry points moved here name `recovery.acceptance_tasks.*` and
+`recovery.remote_tasks.*`, which stay as aliases until such items have drained.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from recovery import worker
+from recovery import acceptance, outbox, remote, worker
 
-_worker_id: str | None = None
+_worker_ids: dict[str, str] = {}
 
 
-def process_worker_id() -> str:
+def process_worker_id(prefix: str = "q") -> str:
     # One lease owner per django-q2 worker process (a respawned process gets a new one).
-    global _worker_id
-    if _worker_id is None or f"-{os.getpid()}-" not in _worker_id:
-        _worker_id = worker.new_worker_id("q")
-    return _worker_id
+    current = _worker_ids.get(prefix)
+    if current is None or f"-{os.getpid()}-" not in current:
+        current = _worker_ids[prefix] = worker.new_worker_id(prefix)
+    return current
 
 
 def run_batch_task(batch_size: int | None = None, concurrency: int | None = None) -> dict[str, Any]:
@@ -28,3 +33,23 @@ def run_batch_task(batch_size: int | None = None, concurrency: int | None = None
     """
     result = worker.run_batch(process_worker_id(), batch_size=batch_size, concurrency=concurrency)
     return result.as_dict()
+
+
+def advance_runs() -> str:
+    """Complete finished recovery batches, make candidates, auto-accept."""
+    return f"acceptance: {acceptance.advance_runs()} runs or batches moved"
+
+
+def deliver_due(limit: int = 50) -> str:
+    """Deliver due outbox events (a wake-up; the events table is the truth)."""
+    return f"outbox: {outbox.deliver_due(limit)} attempted"
+
+
+def deliver_event(event_id: str) -> str:
+    return f"outbox {event_id}: {outbox.deliver_one(event_id) or 'not due'}"
+
+
+def poll_remote_jobs() -> str:
+    """Send unsent jobs, reap lost senders, poll due jobs, mirror media handoffs."""
+    did = remote.worker_step(process_worker_id("qr"))
+    return f"remote: {'worked' if did else 'nothing due'}"

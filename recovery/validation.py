@@ -56,6 +56,22 @@ class Evaluation:
     counts: dict[str, int] = field(default_factory=dict)  # observations by validation state
 
 
+@dataclass(slots=True)
+class RuleResult:
+    """One rule's verdict for the run (partition "") or one partition (a ValidationResult)."""
+
+    rule: str
+    partition: str
+    passed: bool
+    value: float | None
+    threshold: float | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
 @dataclass
 class _Tally:
     total: int = 0
@@ -197,7 +213,7 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
             [RunPartition(run=run, name=p) for p in tallies], ignore_conflicts=True
         )
         now = timezone.now()
-        results: list[tuple[str, str, bool, float | None, float | None, dict]] = []
+        results: list[RuleResult] = []
 
         # Partition rules first: they decide which partitions are held out of the candidate.
         held = {p for p in held_before if mark is not None and p not in mark}
@@ -205,24 +221,7 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         released: list[str] = []
         rule_holds: dict[str, list[str]] = defaultdict(list)
         for rule in partition_rules:
-            worst = 0.0
-            for partition, tally in tallies.items():
-                share = tally.field_invalid[rule["field"]] / tally.total if tally.total else 0.0
-                worst = max(worst, share)
-                over = share > rule["max"]
-                if over and marked(partition):
-                    rule_holds[partition].append(f"{rule['name']}: {share:.1%} > {rule['max']:.1%}")
-                results.append(
-                    (
-                        rule["name"],
-                        partition,
-                        not over,
-                        share,
-                        rule["max"],
-                        {"invalid": tally.field_invalid[rule["field"]], "total": tally.total},
-                    )
-                )
-            results.append((rule["name"], "", True, worst, rule["max"], {"held": []}))
+            results += _partition_invalid_share(rule, tallies, marked, rule_holds)
         for partition in sorted(p for p in tallies if marked(p)):
             if rule_holds.get(partition):
                 held.add(partition)
@@ -248,9 +247,10 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
                 # finish the same recovery batch at once), so its rows are not held.
         # A partition held before and not re-marked keeps its hold.
         held |= {p for p in held_before if not marked(p)}
-        for i, res in enumerate(results):
-            if res[0] in {r["name"] for r in partition_rules} and res[1] == "":
-                results[i] = (*res[:5], {"held": sorted(held)})
+        partition_rule_names = {r["name"] for r in partition_rules}
+        for res in results:
+            if res.rule in partition_rule_names and res.partition == "":
+                res.detail = {"held": sorted(held)}
 
         # Write observation states for the re-marked partitions (only rows that change, so an
         # untouched row keeps its updated_at and its hash).
@@ -264,24 +264,8 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
 
         # Run-level aggregates over the non-held partitions.
         live = {p: t for p, t in tallies.items() if p not in held}
-        live_total = sum(t.total for t in live.values())
         for rule in value_rules:
-            fails = sum(t.fails[rule["name"]] for t in live.values())
-            share = fails / live_total if live_total else 0.0
-            limit = tolerance.get(rule["field"], 0.0)
-            results.append((rule["name"], "", share <= limit, share, limit, {"invalid": fails}))
-            for partition, tally in tallies.items():
-                pshare = tally.fails[rule["name"]] / tally.total if tally.total else 0.0
-                results.append(
-                    (
-                        rule["name"],
-                        partition,
-                        pshare <= limit,
-                        pshare,
-                        limit,
-                        {"invalid": tally.fails[rule["name"]]},
-                    )
-                )
+            results += _value_rule(rule, tallies, live, tolerance.get(rule["field"], 0.0))
 
         grid = counters.by_partition(run.pk)
         extracting = extracting_page_types(spec)
@@ -296,92 +280,25 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
                 .annotate(n=_count())
                 .values_list("partition", "n")
             )
-        total_tasks = sum(tasks_by_partition.values())
         for rule in rules:
             kind = rule["kind"]
             if kind == "coverage":
-                valid = sum(t.valid for t in live.values())
-                value = valid / total_tasks if total_tasks else 0.0
-                results.append(
-                    (
-                        rule["name"],
-                        "",
-                        value >= rule["min"],
-                        value,
-                        rule["min"],
-                        {"valid": valid, "tasks": total_tasks},
-                    )
-                )
-                for partition, n_tasks in tasks_by_partition.items():
-                    pvalid = (
-                        0
-                        if partition in held
-                        else tallies[partition].valid
-                        if partition in tallies
-                        else 0
-                    )
-                    pvalue = pvalid / n_tasks if n_tasks else 0.0
-                    results.append(
-                        (
-                            rule["name"],
-                            partition,
-                            pvalue >= rule["min"],
-                            pvalue,
-                            rule["min"],
-                            {"valid": pvalid, "tasks": n_tasks},
-                        )
-                    )
+                results += _coverage(rule, tallies, live, tasks_by_partition, held)
             elif kind == "required":
-                complete = sum(t.complete for t in live.values())
-                value = complete / live_total if live_total else 0.0
-                results.append(
-                    (
-                        rule["name"],
-                        "",
-                        value >= rule["min"],
-                        value,
-                        rule["min"],
-                        {"complete": complete, "total": live_total},
-                    )
-                )
-                for partition, tally in tallies.items():
-                    pvalue = tally.complete / tally.total if tally.total else 0.0
-                    results.append(
-                        (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
-                    )
+                results += _required(rule, tallies, live)
             elif kind == "outcome_ratio":
-                terminal = outcome = 0
-                for partition, states in grid.items():
-                    pterminal = sum(n for s, n in states.items() if s in TERMINAL)
-                    poutcome = states.get(rule["outcome"], 0)
-                    terminal += pterminal
-                    outcome += poutcome
-                    pvalue = poutcome / pterminal if pterminal else 0.0
-                    results.append(
-                        (rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"], {})
-                    )
-                value = outcome / terminal if terminal else 0.0
-                results.append(
-                    (
-                        rule["name"],
-                        "",
-                        value >= rule["min"],
-                        value,
-                        rule["min"],
-                        {"outcome": outcome, "terminal": terminal},
-                    )
-                )
+                results += _outcome_ratio(rule, grid)
 
-        for rule_name, partition, passed, value, threshold, detail in results:
+        for res in results:
             ValidationResult.objects.update_or_create(
                 run=run,
-                rule=rule_name,
-                partition=partition,
+                rule=res.rule,
+                partition=res.partition,
                 defaults={
-                    "passed": passed,
-                    "value": value,
-                    "threshold": threshold,
-                    "detail": detail,
+                    "passed": res.passed,
+                    "value": res.value,
+                    "threshold": res.threshold,
+                    "detail": res.detail,
                     "evaluated_at": now,
                 },
             )
@@ -391,9 +308,9 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         ).delete()
 
         failures = [
-            f"{name}: {value:.4g} (threshold {threshold:.4g})"
-            for name, partition, passed, value, threshold, _d in results
-            if partition == "" and not passed
+            f"{res.rule}: {res.value:.4g} (threshold {res.threshold:.4g})"
+            for res in results
+            if res.partition == "" and not res.passed
         ]
         counts = dict(
             Observation.objects.filter(run=run)
@@ -410,6 +327,121 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
             released=released,
             counts=counts,
         )
+
+
+# --- one function per rule kind: the run-level result and one per partition ---------------
+
+
+def _partition_invalid_share(
+    rule: dict[str, Any],
+    tallies: dict[str, _Tally],
+    marked: Any,
+    holds: dict[str, list[str]],
+) -> list[RuleResult]:
+    """Each partition's invalid share of the rule's field against `max`; a marked partition
+    over it gets a hold reason in `holds`. The run-level row passes (it reports the worst
+    share; the partitions it holds are filled in once every partition rule has spoken)."""
+    results = []
+    worst = 0.0
+    for partition, tally in tallies.items():
+        share = _share(tally.field_invalid[rule["field"]], tally.total)
+        worst = max(worst, share)
+        over = share > rule["max"]
+        if over and marked(partition):
+            holds[partition].append(f"{rule['name']}: {share:.1%} > {rule['max']:.1%}")
+        detail = {"invalid": tally.field_invalid[rule["field"]], "total": tally.total}
+        results.append(RuleResult(rule["name"], partition, not over, share, rule["max"], detail))
+    results.append(RuleResult(rule["name"], "", True, worst, rule["max"], {"held": []}))
+    return results
+
+
+def _value_rule(
+    rule: dict[str, Any], tallies: dict[str, _Tally], live: dict[str, _Tally], limit: float
+) -> list[RuleResult]:
+    """A range/pattern/enum rule: the invalid share among non-held observations <= `limit`."""
+    fails = sum(t.fails[rule["name"]] for t in live.values())
+    share = _share(fails, sum(t.total for t in live.values()))
+    results = [RuleResult(rule["name"], "", share <= limit, share, limit, {"invalid": fails})]
+    for partition, tally in tallies.items():
+        pfails = tally.fails[rule["name"]]
+        pshare = _share(pfails, tally.total)
+        results.append(
+            RuleResult(rule["name"], partition, pshare <= limit, pshare, limit, {"invalid": pfails})
+        )
+    return results
+
+
+def _coverage(
+    rule: dict[str, Any],
+    tallies: dict[str, _Tally],
+    live: dict[str, _Tally],
+    tasks_by_partition: dict[str, int],
+    held: set[str],
+) -> list[RuleResult]:
+    """Valid observations of non-held partitions / logical extracting tasks >= `min`."""
+    total_tasks = sum(tasks_by_partition.values())
+    valid = sum(t.valid for t in live.values())
+    value = _share(valid, total_tasks)
+    results = [
+        RuleResult(
+            rule["name"], "", value >= rule["min"], value, rule["min"],
+            {"valid": valid, "tasks": total_tasks},
+        )
+    ]  # fmt: skip
+    for partition, n_tasks in tasks_by_partition.items():
+        pvalid = 0 if partition in held or partition not in tallies else tallies[partition].valid
+        pvalue = _share(pvalid, n_tasks)
+        results.append(
+            RuleResult(
+                rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"],
+                {"valid": pvalid, "tasks": n_tasks},
+            )
+        )  # fmt: skip
+    return results
+
+
+def _required(
+    rule: dict[str, Any], tallies: dict[str, _Tally], live: dict[str, _Tally]
+) -> list[RuleResult]:
+    """The share of non-held observations with every required field >= `min`."""
+    complete = sum(t.complete for t in live.values())
+    live_total = sum(t.total for t in live.values())
+    value = _share(complete, live_total)
+    results = [
+        RuleResult(
+            rule["name"], "", value >= rule["min"], value, rule["min"],
+            {"complete": complete, "total": live_total},
+        )
+    ]  # fmt: skip
+    for partition, tally in tallies.items():
+        pvalue = _share(tally.complete, tally.total)
+        results.append(
+            RuleResult(rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"])
+        )
+    return results
+
+
+def _outcome_ratio(rule: dict[str, Any], grid: dict[str, dict[str, int]]) -> list[RuleResult]:
+    """The share of terminal tasks that ended in the rule's `outcome` >= `min`."""
+    results = []
+    terminal = outcome = 0
+    for partition, states in grid.items():
+        pterminal = sum(n for s, n in states.items() if s in TERMINAL)
+        poutcome = states.get(rule["outcome"], 0)
+        terminal += pterminal
+        outcome += poutcome
+        pvalue = _share(poutcome, pterminal)
+        results.append(
+            RuleResult(rule["name"], partition, pvalue >= rule["min"], pvalue, rule["min"])
+        )
+    value = _share(outcome, terminal)
+    results.append(
+        RuleResult(
+            rule["name"], "", value >= rule["min"], value, rule["min"],
+            {"outcome": outcome, "terminal": terminal},
+        )
+    )  # fmt: skip
+    return results
 
 
 def _count():

@@ -5,15 +5,13 @@ dataset's provider concurrently on this process's event loop, heartbeat while th
 and commit every outcome fenced by its own lease token. `run_forever` loops over steps for
 `manage.py work`; `recovery.tasks.run_batch_task` runs one step per django-q2 wake-up.
 
-Hooks for other parts of the engine (remote-job providers):
-- `register_step(fn)`: fn(worker_id) -> bool, called every loop iteration after run_batch
-  (e.g. poll remote jobs that are due).
-- `register_restart_hook(fn)`: fn(worker_id), called when a worker starts and every
-  RESTART_HOOK_INTERVAL seconds (e.g. resume polling of submitted/pending remote jobs).
-  Expired task leases need no hook: the claim predicate takes them (never infer completion
-  from a process exit).
-- `register_idle_check(fn)`: fn() -> bool, True while other work is outstanding, so that
-  `--until-idle` does not stop early.
+The other steps of the loop are written out below (STEPS, IDLE_CHECKS), not registered at
+import time, so the import graph shows who drives what and a typo fails at import:
+- STEPS: fn(worker_id) -> bool, run every loop iteration after run_batch (advance runs through
+  acceptance; send, poll and import remote jobs, so a restarted worker resumes them at once).
+- IDLE_CHECKS: fn() -> bool, True while other work is outstanding, so that `--until-idle`
+  does not stop early. Expired task leases need no hook: the claim predicate takes them
+  (never infer completion from a process exit).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from django import db
 from django.conf import settings
 from django.db import connection
 
-from recovery import faults, leases
+from recovery import acceptance_steps, faults, leases, remote
 from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
 from recovery.providers import get_provider
 from recovery.providers.base import Outcome, Provider, TaskInput
@@ -44,30 +42,15 @@ from recovery.providers.base import Outcome, Provider, TaskInput
 log = logging.getLogger(__name__)
 
 StepFn = Callable[[str], bool]
-EXTRA_STEPS: list[StepFn] = []
-RESTART_HOOKS: list[Callable[[str], None]] = []
-IDLE_CHECKS: list[Callable[[], bool]] = []
-RESTART_HOOK_INTERVAL = 60.0
+# After each batch: advance runs (acceptance, outbox), then send, poll and import remote jobs.
+STEPS: tuple[StepFn, ...] = (acceptance_steps.advance_step, remote.worker_step)
+# Before `--until-idle` stops: one more advance, and no remote job still live.
+IDLE_CHECKS: tuple[Callable[[], bool], ...] = (
+    acceptance_steps.advance_before_idle,
+    remote.has_live_jobs,
+)
 
 ProviderFactory = Callable[[str, dict[str, Any]], Provider]
-
-
-def register_step(fn: StepFn) -> StepFn:
-    if fn not in EXTRA_STEPS:
-        EXTRA_STEPS.append(fn)
-    return fn
-
-
-def register_restart_hook(fn: Callable[[str], None]) -> Callable[[str], None]:
-    if fn not in RESTART_HOOKS:
-        RESTART_HOOKS.append(fn)
-    return fn
-
-
-def register_idle_check(fn: Callable[[], bool]) -> Callable[[], bool]:
-    if fn not in IDLE_CHECKS:
-        IDLE_CHECKS.append(fn)
-    return fn
 
 
 def new_worker_id(prefix: str = "w") -> str:
@@ -286,10 +269,6 @@ class BatchResult:
 def _hand_over_remote(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
     """Tasks of remote-job datasets go to recovery.remote (record the job, then send) instead
     of execute_many; it fences them with our lease tokens. Returns the tasks left for us."""
-    try:
-        from recovery import remote
-    except ImportError:  # the remote-job module is optional
-        return claimed
     names = {c.provider for c in claimed}
     remote_names = {name for name in names if remote.is_remote(name)}
     if not remote_names:
@@ -360,8 +339,12 @@ def run_forever(
     idle_wait: float | None = None,
     stop: threading.Event | None = None,
     provider_factory: ProviderFactory | None = None,
+    extra_steps: tuple[StepFn, ...] = (),
 ) -> LoopStats:
     """The foreground worker loop (`manage.py work`).
+
+    Each iteration runs a batch, then STEPS, then `extra_steps` (this loop's own, e.g. the
+    terminal progress display of recovery.progress.watch_worker).
 
     Stops when `stop` is set (SIGTERM/SIGINT: the current step finishes first), or with
     `until_idle` when no task is due within `idle_wait` seconds (default: the lease length,
@@ -372,17 +355,12 @@ def run_forever(
     idle_wait = float(settings.SALVAGE_LEASE_SECONDS if idle_wait is None else idle_wait)
     stats = LoopStats()
     leases.touch_worker(worker_id)
-    last_hooks = 0.0
     last_touch = time.monotonic()
     sleep = 0.05
     try:
         while not stop.is_set():
             if not connection.in_atomic_block:  # (a test's transaction must stay open)
                 db.close_old_connections()  # drop a broken or too-old connection between steps
-            if time.monotonic() - last_hooks >= RESTART_HOOK_INTERVAL:
-                for hook in RESTART_HOOKS:
-                    hook(worker_id)
-                last_hooks = time.monotonic()
             result = run_batch(worker_id, provider_factory, batch_size, concurrency)
             did = bool(result)
             if result:
@@ -390,7 +368,7 @@ def run_forever(
                 stats.tasks += result.claimed
                 stats.committed += result.summary.committed
                 stats.lost += len(result.summary.lost)
-            for step in EXTRA_STEPS:
+            for step in (*STEPS, *extra_steps):
                 did = bool(step(worker_id)) or did
             if did:
                 sleep = 0.05
@@ -424,11 +402,3 @@ def run_until_idle(
         idle_wait=idle_wait,
         provider_factory=provider_factory,
     )
-
-
-# Acceptance and outbox: importing recovery.acceptance_steps registers a step and an idle check
-# that advance runs (candidate, auto-accept, batch completion), also at the end of --until-idle.
-# Remote-job providers: importing recovery.remote registers its send/poll step and idle check
-# (register_step / register_idle_check above), so a restarted worker resumes polling at once.
-from recovery import acceptance_steps as _acceptance_steps  # noqa: E402, F401
-from recovery import remote as _remote  # noqa: E402, F401

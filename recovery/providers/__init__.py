@@ -1,23 +1,22 @@
 """Providers: how a task's page is obtained. The engine never knows which one runs.
 
-REGISTRY maps a dataset's `provider` name to a factory; each provider lives in its own module.
+recovery.providers.registry maps a dataset's `provider` name to a factory; each provider lives
+in its own module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from recovery.providers.base import Provider
+from recovery.providers.registry import REGISTRY, register
 
-REGISTRY: dict[str, Callable[..., Provider]] = {}
+__all__ = ["REGISTRY", "Provider", "get_provider", "known", "register"]
 
 
-def register(name: str):
-    def wrap(factory: Callable[..., Provider]) -> Callable[..., Provider]:
-        REGISTRY[name] = factory
-        return factory
+def known() -> dict:
+    """Every provider of this build, by name (the built-in modules register on import)."""
+    from recovery.providers import builtin  # noqa: F401
 
-    return wrap
+    return REGISTRY
 
 
 def get_provider(name: str, **options) -> Provider:

@@ -46,9 +46,9 @@ from recovery.chromium import BrowserMissing, close_shared, shared
 from recovery.http import AddressGuard, BlockedURL, Fetcher, Page, default_port
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
-from recovery.providers import register
 from recovery.providers.base import ErrorClass, Outcome, TaskInput
 from recovery.providers.direct import BODY_EXCERPT_BYTES, DirectProvider, classify_status
+from recovery.providers.registry import register
 
 log = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ from recovery.http import Fetcher, FetchError, Page
 from recovery.keys import canonical_url
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
-from recovery.providers import register
 from recovery.providers.base import Discovered, ErrorClass, Observed, Outcome, TaskInput
+from recovery.providers.registry import register
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ Used by the claim/commit benchmark and engine tests, so that they measure the en
 
 from __future__ import annotations
 
-from recovery.providers import register
 from recovery.providers.base import Observed, Outcome, TaskInput
+from recovery.providers.registry import register
 
 
 @register("noop")

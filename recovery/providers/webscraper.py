@@ -25,11 +25,11 @@ from typing import Any
 
 from django.conf import settings
 
-from recovery.providers import register
-from recovery.providers.remote_api import RemoteApiProvider
-from recovery.remote import (
+from recovery.providers.registry import register
+from recovery.providers.remote_base import (
     JobStatus,
     Poll,
+    RemoteApiProvider,
     RemoteItem,
     RemoteTask,
     SubmitAmbiguous,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, acceptance_steps, acceptance_tasks, dispatch, worker
+from recovery import acceptance, acceptance_steps, dispatch, tasks, worker
 from recovery.models import OutboxEvent, Run
 from recovery.states.run import RunState
 from tests.factories import make_dataset, make_run, make_tasks
@@ -21,7 +21,7 @@ SPEC = {
 
 
 def test_it_is_registered_in_the_worker_and_the_dispatcher():
-    assert acceptance_steps.advance_step in worker.EXTRA_STEPS
+    assert acceptance_steps.advance_step in worker.STEPS
     assert acceptance_steps.advance_before_idle in worker.IDLE_CHECKS
     assert acceptance_steps.dispatch_hook in dispatch.TICK_HOOKS
 
@@ -51,11 +51,11 @@ def test_a_dispatcher_tick_wakes_advance_and_delivery_without_doing_them(setting
     run = make_run(dataset)
     make_tasks(run, 2, state="committed")
     dispatch.tick()
-    assert sent == ["recovery.acceptance_tasks.advance_runs"]
+    assert sent == ["recovery.tasks.advance_runs"]
     assert Run.objects.get(pk=run.pk).acceptance_state == RunState.COLLECTING  # only woken
-    acceptance_tasks.advance_runs()  # what the django-q2 worker runs
+    tasks.advance_runs()  # what the django-q2 worker runs
     assert Run.objects.get(pk=run.pk).acceptance_state == RunState.CANDIDATE
     acceptance.accept_run(run.pk, "admin")
     monkeypatch.setattr(acceptance_steps, "_last", dict.fromkeys(acceptance_steps._last, 0.0))
     dispatch.tick()
-    assert sent[-1] == "recovery.acceptance_tasks.deliver_due"
+    assert sent[-1] == "recovery.tasks.deliver_due"

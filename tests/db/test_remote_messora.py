@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from recovery import leases, reconcile, remote
 from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Run, Task
+from recovery.remote import steps
 from recovery.sandbox import messora as sim
 from recovery.states.remote_job import RemoteJobState
 from tests.factories import make_run, make_tasks
@@ -408,10 +409,10 @@ def test_the_dispatcher_wakes_a_cluster_worker_for_due_remote_jobs(messora):
     make_messora_run(2)
     remote.submit_step("w1")  # submitted; its first poll is due now
     assert remote.has_due_work()
-    remote._last_wake["at"] = 0.0
+    steps._last_wake["at"] = 0.0
     dispatch.tick()
     funcs = [q.task["func"] for q in OrmQ.objects.all()]
-    assert "recovery.remote_tasks.poll_remote_jobs" in funcs
+    assert "recovery.tasks.poll_remote_jobs" in funcs
     for _ in range(5):
         remote_tasks.poll_remote_jobs()
     assert RemoteJob.objects.get().state == "completed"

@@ -14,9 +14,10 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from recovery import counters, leases, remote
+from recovery import counters, leases
 from recovery.models import Attempt, Observation, OutboxEvent, RemoteJob, Run, Task
 from recovery.providers.base import ErrorClass, Outcome
+from recovery.remote.jobs import claimed_for
 from recovery.states import delivery, remote_job, run, task
 from recovery.states.base import IllegalTransition
 from recovery.states.delivery import DeliveryState
@@ -156,7 +157,7 @@ def drive(t: Task, job: RemoteJob, source: str, target: str) -> bool:
     if target == TaskState.PENDING:
         return task.reset_for_batch(t.run_id, [t.pk], batch_id=None) == 1
     run_obj = Run.objects.select_related("dataset").get(pk=t.run_id)
-    claimed = remote._claimed_for(t, run_obj, job)
+    claimed = claimed_for(t, run_obj, job)
     holder = leases.Holder.job(job.pk) if source == TaskState.REMOTE else leases.WORKER
     summary = leases.commit_outcomes("w1", [claimed], [_OUTCOME_FOR[target]], holder=holder)
     return summary.states == {target: 1}
@@ -221,12 +222,12 @@ def test_an_import_is_fenced_by_the_job_and_the_token(target):
         kind="batch",
     )
     run_obj = Run.objects.select_related("dataset").get(pk=t.run_id)
-    stale = remote._claimed_for(t, run_obj, job)
+    stale = claimed_for(t, run_obj, job)
     stale.lease_token = 6
     for holder, claimed in [
-        (leases.Holder.job(other.pk), remote._claimed_for(t, run_obj, job)),
+        (leases.Holder.job(other.pk), claimed_for(t, run_obj, job)),
         (leases.Holder.job(job.pk), stale),
-        (leases.WORKER, remote._claimed_for(t, run_obj, job)),
+        (leases.WORKER, claimed_for(t, run_obj, job)),
     ]:
         summary = leases.commit_outcomes("w1", [claimed], [_OUTCOME_FOR[target]], holder=holder)
         assert summary.lost == [t.pk]

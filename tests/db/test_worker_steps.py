@@ -120,7 +120,7 @@ def test_run_until_idle_drains_everything_due():
 
 def test_extra_steps_and_idle_checks_are_called(monkeypatch):
     calls = []
-    monkeypatch.setattr(worker, "EXTRA_STEPS", [lambda wid: calls.append(wid) or False])
+    monkeypatch.setattr(worker, "STEPS", [lambda wid: calls.append(wid) or False])
     pending = iter([True, False])
     monkeypatch.setattr(worker, "IDLE_CHECKS", [lambda: next(pending)])
     worker.run_until_idle("w9")

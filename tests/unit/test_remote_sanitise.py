@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.remote import clean_payload, sanitise
+from recovery.providers.remote_base import clean_payload, sanitise
 
 
 def test_it_keeps_result_data_whole():

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from recovery.providers import register
 from recovery.providers.base import Observed, Outcome, TaskInput
+from recovery.providers.registry import register
 
 
 @register("slow_test")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import signal
 
 import pytest
+from django.utils import timezone
 
-from recovery import reconcile, remote
+from recovery import leases, reconcile, remote
 from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Task
 from recovery.sandbox import messora as sim
 from tests.factories import make_run, make_tasks
@@ -109,6 +110,8 @@ def test_a_worker_killed_while_polling_is_resumed_by_another_without_a_second_jo
         a.wait(timeout=10)
     job = RemoteJob.objects.get()
     assert job.state in ("submitted", "pending") and job.provider_job_id
+    # The tasks are held by the job, not by the dead worker: no lease to expire, no claim.
+    assert_held_by(job, 4)
 
     b = start_work("wb", env_for(served), log)
     try:
@@ -130,20 +133,36 @@ def test_a_worker_killed_while_polling_is_resumed_by_another_without_a_second_jo
     assert MESSORA_KEY not in log.read_text()
 
 
-def test_a_worker_killed_between_success_and_its_commit_is_imported_once(messora, tmp_path):
+def assert_held_by(job, n: int) -> None:
+    """Every task is `remote`, held by `job`, without a lease, and no claim can take one."""
+    assert list(Task.objects.values_list("state", "remote_job", "lease_owner").distinct()) == [
+        ("remote", job.pk, "")
+    ]
+    assert Task.objects.count() == n
+    Task.objects.update(next_attempt_at=timezone.now())  # however due they look
+    assert leases.claim("test-claimer", 50) == []
+
+
+# after_poll_before_commit: the SUCCESS answer is in hand, nothing recorded (the first answer,
+# PENDING, passes). in_commit: inside the import's transaction, before its COMMIT.
+@pytest.mark.parametrize(("point", "skip"), [("after_poll_before_commit", "1"), ("in_commit", "0")])
+def test_a_worker_killed_between_success_and_its_commit_is_imported_once(
+    messora, tmp_path, point, skip
+):
     served, _state = messora
     dataset = remote_dataset("messora", poll_interval=0.2, request_timeout=5)
     run = make_run(dataset)
     make_tasks(run, 3)
     log = tmp_path / "workers.log"
-    # First answer PENDING passes; the second (SUCCESS) is in hand when the process dies.
-    env = env_for(served, SALVAGE_FAULT_POINT="after_poll_before_commit", SALVAGE_FAULT_SKIP="1")
+    env = env_for(served, SALVAGE_FAULT_POINT=point, SALVAGE_FAULT_SKIP=skip)
     a = start_work("wa", env, log)
     assert a.wait(timeout=60) == -signal.SIGKILL
     job = RemoteJob.objects.get()
     assert job.state in ("submitted", "pending")
     assert stats(served)["jobs"][job.provider_job_id]["status"] == "SUCCESS"
     assert Observation.objects.count() == 0
+    assert not Attempt.objects.filter(outcome="committed").exists()
+    assert_held_by(job, 3)
 
     b = start_work("wb", env_for(served), log)
     try:
@@ -154,3 +173,8 @@ def test_a_worker_killed_between_success_and_its_commit_is_imported_once(messora
     assert Observation.objects.filter(run=run).count() == 3
     assert RemoteJobItem.objects.filter(job=job).count() == 3
     assert Attempt.objects.filter(worker=f"remote:{job.pk}", outcome="committed").count() == 3
+    # The submission stays the job's own record, not a fourth execution.
+    assert Attempt.objects.get(pk=job.attempt_id).outcome == "submitted"
+    assert Attempt.objects.filter(run=run, outcome="committed").count() == 3
+    assert not Task.objects.exclude(state="committed").exists()
+    assert not Task.objects.filter(remote_job__isnull=False).exists()

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         worker_id = options["worker_id"] or worker.new_worker_id()
-        progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
+        watch = progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
         heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
         # A database restart ends the loop with a connection error: wait it out (one log line
         # each way, capped backoff) and run the loop again; the step that failed was rolled
@@ -60,6 +60,7 @@ class Command(BaseCommand):
                         until_idle=options["until_idle"],
                         idle_wait=options["idle_wait"],
                         stop=stop,
+                        extra_steps=(watch,),
                     )
                 )
                 if part is not None:
