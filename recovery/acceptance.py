@@ -73,8 +73,9 @@ def make_candidate(run_id: int) -> bool:
         run_states.move(run_id, RunState.COLLECTING, RunState.CANDIDATE, state_reason="")
     # Evaluated after the move, outside its transaction (a long read must not hold the write
     # lock). After a recovery batch only the repaired partitions were re-marked (at batch
-    # completion); the first evaluation marks every partition. accept_run evaluates again, so a
-    # crash in between leaves nothing unjudged.
+    # completion); the first evaluation marks every partition. advance_runs auto-accepts on
+    # this evaluation (evaluated once from candidate to accepted); an operator's accept_run
+    # evaluates again, so a crash in between leaves nothing unjudged.
     had_batch = RecoveryBatch.objects.filter(run_id=run_id).exists()
     result = validation.evaluate(run_id, mark=set() if had_batch else None)
     audit.record(
@@ -89,13 +90,14 @@ def make_candidate(run_id: int) -> bool:
     return True
 
 
-def promote_if_ready(run_id: int) -> bool:
-    """Auto-accept a candidate whose rules pass, when its dataset has auto_accept on."""
+def promote_if_ready(run_id: int, *, just_evaluated: bool = False) -> bool:
+    """Auto-accept a candidate whose rules pass, when its dataset has auto_accept on.
+    `just_evaluated`: make_candidate evaluated it a moment ago, so its stored results stand."""
     run = Run.objects.select_related("dataset").filter(pk=run_id).first()
     if run is None or run.acceptance_state != RunState.CANDIDATE or not run.dataset.auto_accept:
         return False
     try:
-        accept_run(run_id, SYSTEM)
+        accept_run(run_id, SYSTEM, evaluate=not just_evaluated)
     except AcceptanceError:
         return False  # rules fail: stays candidate for an admin to reject or repair
     return True
@@ -133,7 +135,7 @@ def advance_runs() -> int:
     for run_id in collecting:
         if make_candidate(run_id):
             moved += 1
-            promote_if_ready(run_id)
+            promote_if_ready(run_id, just_evaluated=True)
     # Early warning while runs collect; the decision itself is make_candidate's evaluation.
     provisional.check_due()
     return moved
@@ -151,12 +153,16 @@ def evaluate_run(run_id: int, actor: str) -> validation.Evaluation:
     return result
 
 
-def accept_run(run_id: int, actor: str) -> Run:
-    """candidate -> accepted, only when the rules pass; writes the `accepted` outbox event."""
+def accept_run(run_id: int, actor: str, *, evaluate: bool = True) -> Run:
+    """candidate -> accepted, only when the rules pass; writes the `accepted` outbox event.
+
+    evaluate=False accepts on the stored results of an evaluation made since the run became a
+    candidate (advance_runs, right after make_candidate: a candidate's data cannot change while
+    it stays one, and the guarded move below notices if it did not stay one)."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         raise AcceptanceError(f"run {run_id} does not exist")
-    if run.acceptance_state == RunState.CANDIDATE:
+    if evaluate and run.acceptance_state == RunState.CANDIDATE:
         # Judge the data as it is now (a candidate's tasks are all terminal, so it cannot
         # change until a recovery batch moves the run away from candidate, which the guarded
         # move below would notice).

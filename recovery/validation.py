@@ -26,10 +26,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery import counters
+from recovery import counters, validation_sql
 from recovery.models import Observation, Run, RunPartition, Task, ValidationResult
 from recovery.states.task import TERMINAL
 
@@ -117,6 +117,39 @@ def _check_value(rule: dict[str, Any], value: Any, compiled: Any) -> bool:
     return True
 
 
+def judge(
+    tally: _Tally,
+    payload: Any,
+    page_type: str | None,
+    value_rules: list[dict[str, Any]],
+    patterns: dict[str, Any],
+    required: dict[str, list[str]],
+    watched_fields: set[str],
+) -> bool:
+    """Judge one observation in Python and count it in its partition's tally; True if valid.
+    Used for the observations recovery.validation_sql leaves undecided (the same definition
+    the SQL reproduces)."""
+    payload = payload if isinstance(payload, dict) else {}
+    tally.total += 1
+    ok = True
+    bad_fields: set[str] = set()
+    for rule in value_rules:
+        if not _check_value(rule, payload.get(rule["field"]), patterns.get(rule["name"])):
+            tally.fails[rule["name"]] += 1
+            bad_fields.add(rule["field"])
+            ok = False
+    if any(_empty(payload.get(f)) for f in required.get(page_type, [])):
+        ok = False
+    else:
+        tally.complete += 1
+    for watched in watched_fields:
+        if watched in bad_fields or _empty(payload.get(watched)):
+            tally.field_invalid[watched] += 1
+    if ok:
+        tally.valid += 1
+    return ok
+
+
 def required_fields(spec: dict[str, Any]) -> dict[str, list[str]]:
     """{page type: [required field names]}."""
     return {
@@ -171,36 +204,21 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         RunPartition.objects.filter(run=run, quarantined=True).values_list("name", flat=True)
     )
 
-    # One pass over the run's observations: each one's verdict, tallied per partition.
+    # One SQL pass tallies the observations per partition (recovery.validation_sql); only the
+    # observations SQL cannot judge exactly are judged here, by the one Python definition.
+    in_sql = validation_sql.RowVerdicts(connection.vendor, value_rules, required, watched_fields)
+    found = validation_sql.tally(run.pk, in_sql)
     tallies: dict[str, _Tally] = defaultdict(_Tally)
-    verdicts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    rows = (
-        Observation.objects.filter(run=run)
-        .order_by()
-        .values_list("pk", "partition", "payload", "source_task__page_type")
-        .iterator(chunk_size=2000)
-    )
-    for pk, partition, payload, page_type in rows:
-        payload = payload if isinstance(payload, dict) else {}
+    for partition, counted in found.tallies.items():
         tally = tallies[partition]
-        tally.total += 1
-        ok = True
-        bad_fields: set[str] = set()
-        for rule in value_rules:
-            if not _check_value(rule, payload.get(rule["field"]), patterns.get(rule["name"])):
-                tally.fails[rule["name"]] += 1
-                bad_fields.add(rule["field"])
-                ok = False
-        missing = [f for f in required.get(page_type, []) if _empty(payload.get(f))]
-        if missing:
-            ok = False
-        else:
-            tally.complete += 1
-        for watched in watched_fields:
-            if watched in bad_fields or _empty(payload.get(watched)):
-                tally.field_invalid[watched] += 1
-        if ok:
-            tally.valid += 1
+        tally.total, tally.complete, tally.valid = counted.total, counted.complete, counted.valid
+        tally.fails.update(counted.fails)
+        tally.field_invalid.update(counted.field_invalid)
+    verdicts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for pk, partition, payload, page_type in found.undecided:
+        ok = judge(
+            tallies[partition], payload, page_type, value_rules, patterns, required, watched_fields
+        )
         if marked(partition):
             verdicts[partition][VALID if ok else INVALID].append(pk)
 
@@ -253,7 +271,15 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
                 res.detail = {"held": sorted(held)}
 
         # Write observation states for the re-marked partitions (only rows that change, so an
-        # untouched row keeps its updated_at and its hash).
+        # untouched row keeps its updated_at and its hash): the rows SQL judged in one UPDATE,
+        # the others by their ids.
+        validation_sql.mark(
+            run.pk,
+            in_sql,
+            None if mark is None else {p for p in tallies if marked(p)},
+            held,
+            {"held": HELD, "valid": VALID, "invalid": INVALID},
+        )
         for partition, by_state in verdicts.items():
             for state, ids in by_state.items():
                 target = HELD if partition in held else state

@@ -86,6 +86,31 @@ def test_it_auto_accepts_when_the_dataset_says_so():
     assert run.accepted_by == "system"
 
 
+def test_an_auto_accepted_run_is_evaluated_once_from_candidate_to_accepted(monkeypatch):
+    """Issue 15: the rules are evaluated once on the way (make_candidate's evaluation), not
+    again by the auto-accept; the real evaluation runs, only counted."""
+    from recovery import validation
+
+    calls = []
+    real = validation.evaluate
+
+    def counted(run_id, **kw):
+        calls.append(run_id)
+        return real(run_id, **kw)
+
+    monkeypatch.setattr(validation, "evaluate", counted)
+    run = make_collected_run({"a": "good"}, dataset=make_shop(auto_accept=True))
+    acceptance.advance_runs()
+    run.refresh_from_db()
+    assert run.acceptance_state == RunState.ACCEPTED
+    assert calls == [run.pk]
+    # An operator's accept still judges the data as it is now.
+    other = make_collected_run({"a": "good"})
+    acceptance.advance_runs()
+    acceptance.accept_run(other.pk, "admin")
+    assert calls == [run.pk, other.pk, other.pk]
+
+
 def test_it_refuses_unknown_runs():
     with pytest.raises(acceptance.AcceptanceError, match="does not exist"):
         acceptance.accept_run(999999, "admin")

@@ -1,0 +1,388 @@
+"""Validation's per-observation verdicts as SQL over the payloads (issue 15).
+
+recovery.validation judges every observation of a run. Doing that row by row in Python costs
+~25x one SQL aggregate over the same rules, so the verdicts are computed here in the database,
+over the payload with its JSON functions (SQLite's json_extract/json_type, PostgreSQL's jsonb
+operators): one pass that tallies every rule kind per partition (GROUP BY partition), and one
+UPDATE ... FROM that marks the re-marked partitions' observations.
+
+"Invalid" keeps one definition, recovery.validation._check_value / _empty (Python), which
+recovery.provisional also uses. The SQL here decides a value only where it provably agrees with
+that definition, and says "undecided" (NULL) everywhere else; undecided observations are fetched
+and judged by the Python definition. The hypothesis tests in tests/db/test_validation_sql.py
+check on both databases that the two paths agree. Left to Python (undecided):
+- `pattern` rules on PostgreSQL (its regular expressions are POSIX, not Python's `re`); on
+  SQLite the pattern is matched by Django's REGEXP function, which is Python's `re.search`;
+- emptiness of a text that has no printable ASCII character and is not plain ASCII
+  whitespace (Python's str.strip() knows every Unicode space);
+- `range` values written as text other than a plain decimal of at most 15 characters
+  (exponents, "inf", "nan", "1_000", Unicode digits, surrounding spaces: Python's float()
+  accepts all of them), and integers beyond 2**53 (float() rounds them);
+- `enum` values that are not text (Python compares str(value): True, 1.0, lists).
+A typical run therefore goes through SQL whole; a run whose values are odd pays Python only
+for its odd observations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+# Printable ASCII characters float() never accepts (its grammar: digits, sign, point, exponent,
+# underscore, whitespace and the letters of "nan", "inf", "infinity"): a text holding one is
+# not a number whatever else it holds.
+_NOT_IN_FLOAT = "".join(
+    c for c in map(chr, range(0x21, 0x7F)) if c not in "0123456789+-._eEnNaAiIfFtTyY"
+)
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+_EXACT_INT = 2**53  # beyond this float(int) rounds
+
+
+@dataclass
+class PartitionTally:
+    """Counts of one partition's observations (the fields of recovery.validation._Tally)."""
+
+    total: int = 0
+    fails: dict[str, int] = field(default_factory=dict)  # value rule name -> failures
+    field_invalid: dict[str, int] = field(default_factory=dict)  # watched field -> invalid
+    complete: int = 0
+    valid: int = 0
+
+
+@dataclass
+class Pass:
+    """What one SQL pass found: tallies of the decided rows, and the rows left to Python."""
+
+    tallies: dict[str, PartitionTally]
+    undecided: list[tuple[int, str, Any, str | None]]  # (pk, partition, payload, page_type)
+
+
+def _q(*parts: tuple[str, list]) -> tuple[str, list]:
+    return "".join(p[0] for p in parts), [x for p in parts for x in p[1]]
+
+
+class _Dialect:
+    """The few expressions that differ between SQLite and PostgreSQL, for one JSON field."""
+
+    def __init__(self, vendor: str) -> None:
+        if vendor not in ("sqlite", "postgresql"):
+            raise ValueError(f"validation in SQL supports sqlite and postgresql, not {vendor}")
+        self.pg = vendor == "postgresql"
+
+    def kind(self, name: str) -> tuple[str, list]:
+        """'null' (also missing), 'text', 'int', 'real', 'bool', 'other'."""
+        if self.pg:
+            return (
+                "CASE COALESCE(jsonb_typeof(o.payload -> %s), 'null') "
+                "WHEN 'null' THEN 'null' WHEN 'string' THEN 'text' WHEN 'boolean' THEN 'bool' "
+                "WHEN 'number' THEN CASE WHEN (o.payload ->> %s) ~ '^-?[0-9]+$' THEN 'int' "
+                "ELSE 'real' END ELSE 'other' END",
+                [name, name],
+            )
+        return (
+            "CASE COALESCE(json_type(o.payload, %s), 'null') "
+            "WHEN 'null' THEN 'null' WHEN 'text' THEN 'text' WHEN 'true' THEN 'bool' "
+            "WHEN 'false' THEN 'bool' WHEN 'integer' THEN 'int' WHEN 'real' THEN 'real' "
+            "ELSE 'other' END",
+            [_path(name)],
+        )
+
+    def text(self, name: str) -> tuple[str, list]:
+        if self.pg:
+            return "(o.payload ->> %s)", [name]
+        return "json_extract(o.payload, %s)", [_path(name)]
+
+    def number(self, name: str) -> tuple[str, list]:
+        if self.pg:
+            return "(o.payload ->> %s)::double precision", [name]
+        return "json_extract(o.payload, %s)", [_path(name)]
+
+    def has_any(self, col: str, chars: str) -> tuple[str, list]:
+        """True when the text column holds one of `chars` (each printable ASCII; "!-~" is
+        the range of all of them)."""
+        if chars == "!-~":
+            return (f"{col} ~ %s", ["[!-~]"]) if self.pg else (f"{col} GLOB %s", ["*[!-~]*"])
+        if self.pg:
+            body = "".join("\\" + c if c in "\\]^-[" else c for c in chars)
+            return f"{col} ~ %s", ["[" + body + "]"]
+        # GLOB classes: ']' first, no '-' (caller never passes it), '^' not first.
+        chars = ("]" if "]" in chars else "") + "".join(c for c in chars if c != "]")
+        if chars.startswith("^"):
+            chars = chars[1:] + "^"
+        return f"{col} GLOB %s", ["*[" + chars + "]*"]
+
+    def trim_space(self, col: str) -> tuple[str, list]:
+        fn = "btrim" if self.pg else "trim"
+        return f"{fn}({col}, %s)", [_ASCII_SPACE]
+
+    def plain_decimal(self, col: str) -> tuple[str, list]:
+        """A text float() reads exactly as the database does: [+-]digits[.digits], short."""
+        if self.pg:
+            return (
+                f"(length({col}) <= 15 AND {col} ~ '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)$')",
+                [],
+            )
+        body = f"(CASE WHEN substr({col}, 1, 1) IN ('+', '-') THEN substr({col}, 2) ELSE {col} END)"
+        return (
+            f"(length({col}) <= 15 AND {body} <> '' AND {body} NOT GLOB '*[^0-9.]*' "
+            f"AND {body} NOT GLOB '*.*.*' AND {body} GLOB '*[0-9]*')",
+            [],
+        )
+
+    def as_real(self, col: str) -> str:
+        return f"CAST({col} AS {'double precision' if self.pg else 'REAL'})"
+
+
+def _path(name: str) -> str:
+    return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class RowVerdicts:
+    """The SQL of one run's per-observation verdicts, for its rules."""
+
+    def __init__(
+        self,
+        vendor: str,
+        value_rules: list[dict[str, Any]],
+        required: dict[str, list[str]],
+        watched: set[str] | list[str],
+    ) -> None:
+        self.d = _Dialect(vendor)
+        self.value_rules = value_rules
+        self.required = {pt: fs for pt, fs in required.items() if fs}
+        self.watched = sorted(watched)
+        self.empty_fields = sorted(
+            {f for fs in self.required.values() for f in fs} | set(self.watched)
+        )
+
+    # Layer 1: one column per value rule (1 fails, 0 passes, NULL undecided) and one per field
+    # whose emptiness matters (1 empty, 0 not, NULL undecided).
+    def _empty(self, name: str) -> tuple[str, list]:
+        kind = self.d.kind(name)
+        text = self.d.text(name)
+        printable = self.d.has_any(text[0], "!-~")
+        trimmed = self.d.trim_space(text[0])
+        return _q(
+            ("CASE ", []),
+            kind,
+            (" WHEN 'null' THEN 1 WHEN 'text' THEN CASE WHEN ", []),
+            (trimmed[0], text[1] + trimmed[1]),
+            (" = '' THEN 1 WHEN ", []),
+            (printable[0], text[1] + printable[1]),
+            (" THEN 0 END ELSE 0 END", []),
+        )
+
+    def _fails(self, rule: dict[str, Any]) -> tuple[str, list]:
+        name = rule["field"]
+        kind = self.d.kind(name)
+        text = self.d.text(name)
+        empty = self._empty(name)
+        if rule["kind"] == "range":
+            num = self.d.number(name)
+
+            def outside(value: tuple[str, list]) -> tuple[str, list]:
+                conds: list[tuple[str, list]] = []
+                if "min" in rule:
+                    conds.append((f"{value[0]} < %s", value[1] + [rule["min"]]))
+                if "max" in rule:
+                    conds.append((f"{value[0]} > %s", value[1] + [rule["max"]]))
+                if not conds:
+                    return "0", []
+                sql, params = _q(*[(f"({c[0]}) OR ", c[1]) for c in conds])
+                return f"CASE WHEN {sql[:-4]} THEN 1 ELSE 0 END", params
+
+            decimal = self.d.plain_decimal(text[0])
+            not_float = self.d.has_any(text[0], _NOT_IN_FLOAT)
+            return _q(
+                ("CASE ", []),
+                kind,
+                (" WHEN 'null' THEN 0 WHEN 'bool' THEN 1 WHEN 'other' THEN 1", []),
+                (" WHEN 'int' THEN CASE WHEN length(", []),
+                text,
+                (") > 20 THEN NULL WHEN abs(", []),
+                num,
+                (f") <= {_EXACT_INT} THEN ", []),
+                outside(num),
+                (" END WHEN 'real' THEN ", []),
+                outside(num),
+                (" WHEN 'text' THEN CASE WHEN (", []),
+                empty,
+                (") = 1 THEN 0 WHEN ", []),
+                (decimal[0], text[1] * decimal[0].count(text[0])),
+                (" THEN ", []),
+                outside((self.d.as_real(text[0]), text[1])),
+                (" WHEN ", []),
+                (not_float[0], text[1] + not_float[1]),
+                (" THEN 1 END END", []),
+            )
+        if rule["kind"] == "enum":
+            values = sorted({str(v) for v in rule["values"]})
+            marks = ", ".join(["%s"] * len(values))
+            member = (f"{text[0]} IN ({marks})", text[1] + values) if values else ("1 = 0", [])
+            return _q(
+                ("CASE ", []),
+                kind,
+                (" WHEN 'null' THEN 0 WHEN 'text' THEN CASE (", []),
+                empty,
+                (") WHEN 1 THEN 0 WHEN 0 THEN CASE WHEN ", []),
+                member,
+                (" THEN 0 ELSE 1 END END END", []),
+            )
+        if rule["kind"] == "pattern" and rule.get("pattern") and not self.d.pg:
+            # Django registers REGEXP on SQLite as Python's re.search: the same matcher.
+            return _q(
+                ("CASE ", []),
+                kind,
+                (" WHEN 'null' THEN 0 WHEN 'text' THEN CASE (", []),
+                empty,
+                (") WHEN 1 THEN 0 WHEN 0 THEN CASE WHEN ", []),
+                (f"{text[0]} REGEXP %s", text[1] + [rule["pattern"]]),
+                (" THEN 0 ELSE 1 END END END", []),
+            )
+        # A pattern on PostgreSQL: 0 when the value is empty, else Python decides.
+        return _q(("CASE (", []), empty, (") WHEN 1 THEN 0 END", []))
+
+    def layer1(self, where: str, where_params: list) -> tuple[str, list]:
+        cols = [("o.id AS id, o.partition AS partition, t.page_type AS page_type", [])]
+        for i, rule in enumerate(self.value_rules):
+            sql, params = self._fails(rule)
+            cols.append((f", {sql} AS f{i}", params))
+        for j, name in enumerate(self.empty_fields):
+            sql, params = self._empty(name)
+            cols.append((f", {sql} AS e{j}", params))
+        return _q(
+            ("SELECT ", []),
+            *cols,
+            (
+                " FROM recovery_observation o LEFT JOIN recovery_task t ON t.id = o.source_task_id"
+                f" WHERE {where}",
+                where_params,
+            ),
+        )
+
+    # Layer 2, over layer 1's columns (no parameters): complete, field_invalid per watched
+    # field, valid, undecided.
+    def _sum(self, cols: list[str]) -> str:
+        return "(" + " + ".join(cols) + ")" if cols else "0"
+
+    def complete(self) -> str:
+        if not self.required:
+            return "1"
+        whens = []
+        for _pt, fields in sorted(self.required.items()):
+            s = self._sum([f"e{self.empty_fields.index(f)}" for f in fields])
+            whens.append(f"WHEN %s THEN CASE WHEN {s} > 0 THEN 0 WHEN {s} = 0 THEN 1 END")
+        return "CASE page_type " + " ".join(whens) + " ELSE 1 END"
+
+    def complete_params(self) -> list:
+        return sorted(self.required)
+
+    def field_invalid(self, name: str) -> str:
+        cols = [f"f{i}" for i, r in enumerate(self.value_rules) if r["field"] == name]
+        s = self._sum([*cols, f"e{self.empty_fields.index(name)}"])
+        return f"CASE WHEN {s} > 0 THEN 1 WHEN {s} = 0 THEN 0 END"
+
+    def layer2(self, where: str, where_params: list) -> tuple[str, list]:
+        fails = self._sum([f"f{i}" for i in range(len(self.value_rules))])
+        inner, params = self.layer1(where, where_params)
+        cols = ["id", "partition", "page_type"]
+        cols += [f"f{i}" for i in range(len(self.value_rules))]
+        cols += [f"({self.field_invalid(w)}) AS w{k}" for k, w in enumerate(self.watched)]
+        complete = self.complete()
+        # Every column that can be NULL takes part: a NULL anywhere makes the row undecided.
+        every = " + ".join([fails, "c", "0"] + [f"w{k}" for k in range(len(self.watched))])
+        sql = (
+            f"SELECT x.*, CASE WHEN {fails} + (1 - c) = 0 THEN 1 ELSE 0 END AS valid, "
+            f"CASE WHEN ({every}) IS NULL THEN 1 ELSE 0 END AS undecided FROM ("
+            f"SELECT {', '.join(cols)}, ({complete}) AS c FROM ({inner}) l1) x"
+        )
+        return sql, self.complete_params() + params
+
+    def tally_sql(self, run_id: int) -> tuple[str, list]:
+        rows, params = self.layer2("o.run_id = %s", [run_id])
+        sums = ["COUNT(*)", "SUM(c)", "SUM(valid)"]
+        sums += [f"SUM(f{i})" for i in range(len(self.value_rules))]
+        sums += [f"SUM(w{k})" for k in range(len(self.watched))]
+        return (
+            f"SELECT partition, undecided, {', '.join(sums)} FROM ({rows}) r "
+            "GROUP BY partition, undecided",
+            params,
+        )
+
+    def mark_sql(
+        self, run_id: int, partitions: set[str] | None, held: set[str], states: dict[str, str]
+    ) -> tuple[str, list]:
+        """UPDATE setting the decided observations of `partitions` (None: all) to their state:
+        held in a held partition, else valid or invalid; rows already there are untouched."""
+        where, wparams = "o.run_id = %s", [run_id]
+        if partitions is not None:
+            if not partitions:
+                where += " AND 1 = 0"
+            else:
+                where += f" AND o.partition IN ({', '.join(['%s'] * len(partitions))})"
+                wparams += sorted(partitions)
+        rows, params = self.layer2(where, wparams)
+        held_sql = f"partition IN ({', '.join(['%s'] * len(held))})" if held else "1 = 0"
+        target = f"CASE WHEN {held_sql} THEN %s WHEN valid = 1 THEN %s ELSE %s END"
+        tparams = [*sorted(held), states["held"], states["valid"], states["invalid"]]
+        sql = (
+            "UPDATE recovery_observation SET validation_state = m.target FROM ("
+            f"SELECT id, {target} AS target FROM ({rows}) r WHERE undecided = 0) m "
+            "WHERE recovery_observation.id = m.id "
+            "AND recovery_observation.validation_state <> m.target"
+        )
+        return sql, tparams + params
+
+
+def tally(run_id: int, verdicts: RowVerdicts) -> Pass:
+    """One pass: per partition, the counts of the decided rows; then the undecided rows."""
+    sql, params = verdicts.tally_sql(run_id)
+    n_rules = len(verdicts.value_rules)
+    tallies: dict[str, PartitionTally] = {}
+    undecided_partitions = False
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            partition, undecided, total, complete, valid = row[:5]
+            t = tallies.setdefault(partition, PartitionTally())
+            if undecided:
+                undecided_partitions = True
+                continue
+            t.total += total
+            t.complete += complete or 0
+            t.valid += valid or 0
+            for i, rule in enumerate(verdicts.value_rules):
+                t.fails[rule["name"]] = t.fails.get(rule["name"], 0) + (row[5 + i] or 0)
+            for k, name in enumerate(verdicts.watched):
+                t.field_invalid[name] = t.field_invalid.get(name, 0) + (row[5 + n_rules + k] or 0)
+    undecided: list[tuple[int, str, Any, str | None]] = []
+    if undecided_partitions:
+        from recovery.models import Observation
+
+        rows, params = verdicts.layer2("o.run_id = %s", [run_id])
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM ({rows}) r WHERE undecided = 1", params)
+            ids = [r[0] for r in cursor.fetchall()]
+        for start in range(0, len(ids), 2000):
+            undecided += list(
+                Observation.objects.filter(pk__in=ids[start : start + 2000])
+                .order_by()
+                .values_list("pk", "partition", "payload", "source_task__page_type")
+            )
+    return Pass(tallies=tallies, undecided=undecided)
+
+
+def mark(
+    run_id: int,
+    verdicts: RowVerdicts,
+    partitions: set[str] | None,
+    held: set[str],
+    states: dict[str, str],
+) -> int:
+    """Write the decided observations' states (see RowVerdicts.mark_sql). Rows changed."""
+    sql, params = verdicts.mark_sql(run_id, partitions, held, states)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
