@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import parse_qsl, urljoin, urlsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
@@ -261,3 +261,24 @@ def offset_of(url: str, param: str = "offset") -> int | None:
         if key == param and value.isdigit():
             return int(value)
     return None
+
+
+def with_offset(url: str, offset: int, param: str = "offset") -> str:
+    """The same listing URL at another offset (the other query parameters kept in order)."""
+    parts = urlsplit(url)
+    query = [(k, str(offset) if k == param else v) for k, v in parse_qsl(parts.query, True)]
+    if not any(k == param for k, _v in query):
+        query.append((param, str(offset)))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def listing_total(tree: LexborHTMLParser, total: dict[str, Any] | None) -> int | None:
+    """The item count a listing page shows (the cursor's `total` selector), or None."""
+    if not total:
+        return None
+    node = _first(tree, total["selector"], "cursor.total")
+    if node is None:
+        return None
+    raw = node.attributes.get(total["attr"]) if total.get("attr") else node.text()
+    digits = re.sub(r"[^0-9]", "", raw or "")
+    return int(digits) if digits else None

@@ -93,6 +93,12 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "Credits used",
         "The sum of the credits the provider jobs of the run reported.",
     ),
+    "inventory_drift": (
+        "Inventory drift",
+        "Items that appeared at the front of an offset listing while it was walked: the run's "
+        "tasks found only by re-reading the listing's head after the walk "
+        '(discovery = "drift").',
+    ),
     "rule_result": (
         "Rule result",
         "A rule's value for the run or one partition, compared with its threshold: at least "
@@ -339,6 +345,11 @@ def run_figures(runs: Iterable[Run], now: datetime | None = None) -> dict[int, R
         if not check.passed:
             figures.failing_rules.append(check)
     return result
+
+
+def inventory_drift(run_id: int) -> int:
+    """GLOSSARY["inventory_drift"]: tasks of the run that only the head re-read found."""
+    return Task.objects.filter(run_id=run_id, discovery=Task.Discovery.DRIFT).count()
 
 
 def awaiting_decision(run_ids: list[int]) -> dict[int, int]:

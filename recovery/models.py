@@ -120,6 +120,7 @@ class Task(models.Model):
         LINK = "link"
         CURSOR = "cursor"
         OFFSET = "offset"
+        DRIFT = "drift"  # found only by re-reading an offset listing's head (recovery.drift)
 
     # No single-column index on run or parent: every claim and commit rewrites each index of
     # this table (the state columns change, so updates are never HOT), and run-led composite

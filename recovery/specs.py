@@ -62,7 +62,8 @@ TOP_KEYS = frozenset(
 PAGE_TYPE_KEYS = frozenset({*MARKERS, "fields", "links", "cursor"})
 FIELD_KEYS = frozenset({"selector", "attr", "type", "required"})
 LINK_KEYS = frozenset({"selector", "attr", "page_type", "max_depth", "allow"})
-CURSOR_KEYS = frozenset({"selector", "attr"})
+CURSOR_KEYS = frozenset({"selector", "attr", "total"})
+TOTAL_KEYS = frozenset({"selector", "attr"})
 
 # Credentials come from the environment only (guarantee 11): a spec is stored in the database
 # and shown in the dashboard, so an option whose name looks like a secret is refused.
@@ -266,6 +267,18 @@ def _page_type(value: Any, where: str) -> dict[str, Any]:
             "selector": _selector(cursor["selector"], f"{where}.cursor.selector"),
             "attr": _str(cursor.get("attr", "href"), f"{where}.cursor.attr"),
         }
+        if "total" in cursor:
+            # Where the page shows its item count: offset walks re-read the head until the
+            # count is stable (recovery.drift), so items added during the walk are collected.
+            total = _table(cursor["total"], f"{where}.cursor.total")
+            _no_unknown(total, TOTAL_KEYS, f"{where}.cursor.total")
+            if "selector" not in total:
+                raise SpecError(f"{where}.cursor.total.selector: required")
+            out["cursor"]["total"] = {
+                "selector": _selector(total["selector"], f"{where}.cursor.total.selector")
+            }
+            if "attr" in total:
+                out["cursor"]["total"]["attr"] = _str(total["attr"], f"{where}.cursor.total.attr")
     if not (out["fields"] or "links" in out or "cursor" in out):
         raise SpecError(f"{where}: needs fields, links or a cursor (it would extract nothing)")
     return out

@@ -15,7 +15,8 @@ size cap, total deadline, redirects followed hop by hop), then:
    `navigation={"offset": k, "page": n}` when the next URL carries an offset parameter
    (provider option `offset_param`, default "offset"). Offsets are navigation only: the
    entities on an offset page become their own tasks, stored by entity key, so a shifting
-   listing cannot lose or duplicate a record.
+   listing cannot lose or duplicate a record; after the walk's last page the listing's head is
+re-read until no unseen item can remain (recovery.drift: "inventory drift").
 
 robots.txt (recovery.robots) is read per origin before the first page of a host is fetched;
 a refused URL is `robots_disallowed` without a request, and Crawl-delay raises the host's
@@ -39,7 +40,7 @@ from urllib.parse import urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import extraction, failures, robots
+from recovery import drift, extraction, failures, robots
 from recovery.http import Fetcher, FetchError, Page
 from recovery.keys import canonical_url
 from recovery.logs import redact
@@ -241,11 +242,41 @@ class DirectProvider:
         view = PageView(LexborHTMLParser(text))
         try:
             check_page(view, page_spec)
-            return self.extract(task, page, view, page_spec)
+            outcome = self.extract(task, page, view, page_spec)
         except PageCheckFailure as exc:
             return _failure(exc.error_class, exc.reason, page)
         except extraction.ExtractionError as exc:
             return _failure(ErrorClass.SELECTOR, str(exc), page)
+        if self.offset_walk_ended(task, page_spec, outcome):
+            urls = await drift.recheck_head(
+                self.fetcher,
+                page.url,
+                page_spec,
+                offset_param=self.offset_param,
+                start_total=task.navigation.get(
+                    drift.TOTAL_KEY,
+                    extraction.listing_total(view.tree, page_spec["cursor"].get("total")),
+                ),
+                max_links=self.max_links,
+            )
+            outcome.discovered.extend(
+                drift.drift_children(
+                    urls, page_spec["links"]["page_type"], lambda u: self.partition_for(task, u)
+                )
+            )
+        return outcome
+
+    def offset_walk_ended(
+        self, task: TaskInput, page_spec: dict[str, Any], outcome: Outcome
+    ) -> bool:
+        """The last page of an offset walk whose items are links: its head is re-read."""
+        if "cursor" not in page_spec or "links" not in page_spec:
+            return False
+        if "offset" not in task.navigation and (
+            extraction.offset_of(task.url, self.offset_param) is None
+        ):
+            return False
+        return not any(d.discovery in ("offset", "cursor") for d in outcome.discovered)
 
     async def robots_refusal(self, task: TaskInput) -> Outcome | None:
         """None when robots.txt lets this task's URL be fetched (or the dataset opted out);
@@ -296,6 +327,12 @@ class DirectProvider:
                 offset = extraction.offset_of(next_url, self.offset_param)
                 if offset is not None:
                     mode, navigation = "offset", {"offset": offset, "page": page_no + 1}
+                    # The total the walk began with, for the head re-read at its end.
+                    start = task.navigation.get(drift.TOTAL_KEY)
+                    if start is None:
+                        start = extraction.listing_total(tree, cursor.get("total"))
+                    if start is not None:
+                        navigation[drift.TOTAL_KEY] = start
                 else:
                     mode, navigation = "cursor", {"cursor": next_url, "page": page_no + 1}
                 if depth != task.depth + 1:  # the next page is as deep in links as this one
