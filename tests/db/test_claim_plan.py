@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from recovery import leases
+from recovery.leases import postgres as leases_postgres
 from recovery.models import Task
 from recovery.states.task import TaskState
 from tests.factories import make_run, make_tasks
@@ -76,7 +76,7 @@ def test_the_claim_queries_use_task_claim_idx_and_never_scan_the_table(twenty_th
     assert_index_claim(plan_nodes(SEED_CLAIM))
 
     # recovery.leases' real statement: owner, default lease (x2), batch size, default lease.
-    assert_index_claim(plan_nodes(leases._PG_CLAIM, ["w1", 300, 300, 50, 300]))
+    assert_index_claim(plan_nodes(leases_postgres.CLAIM_SQL, ["w1", 300, 300, 50, 300]))
 
     # Without a usable index predicate the planner must scan: proves the check can fail.
     unindexed = SEED_CLAIM.replace(

@@ -1,0 +1,320 @@
+"""The pure part of the hot path: what a claim hands a worker (Claimed), how an outcome
+becomes the task's next state and its attempt (plan_outcome: the retry table and the budgets),
+who holds the tasks a commit moves (Holder), and the observation rows a commit writes. No SQL,
+no database: recovery.leases.sqlite and .postgres write what these decide."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+
+from recovery import failures, keys
+from recovery.corrections import ObservationRow
+from recovery.failures import Action
+from recovery.providers.base import ErrorClass, Outcome, TaskInput
+from recovery.states.task import TaskState
+
+
+def dt_result(value) -> datetime | None:
+    if value is None:
+        return None
+    # SQLite hands back naive UTC datetimes (or text, depending on the column's declared type).
+    parsed = value if isinstance(value, datetime) else parse_datetime(value)
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def json_value(value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+def canonical_json(payload: Any) -> str:
+    """The one JSON spelling of a payload that payload_hash is computed over."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(slots=True)
+class Claimed:
+    """One task as this worker holds it: what the provider needs and what the commit fences on."""
+
+    task_id: int
+    task_key: str
+    run_id: int
+    url: str
+    page_type: str
+    partition: str
+    depth: int
+    navigation: dict[str, Any]
+    attempt_count: int
+    lease_token: int
+    previous_state: str
+    previous_owner: str  # set when an expired lease was taken over (its token is ours - 1)
+    first_attempt_at: datetime | None
+    recovery_batch_id: int | None
+    dataset_id: int
+    dataset: str
+    provider: str
+    window: str
+    scraper_version: str
+    lease_seconds: int
+    max_attempts: int
+    max_elapsed_seconds: int
+    # The worker's clock when the claim returned: the Attempt's started_at.
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def task_input(self, spec: dict[str, Any] | None = None) -> TaskInput:
+        return TaskInput(
+            task_id=self.task_id,
+            task_key=self.task_key,
+            run_id=self.run_id,
+            url=self.url,
+            page_type=self.page_type,
+            partition=self.partition,
+            window=self.window,
+            dataset=self.dataset,
+            attempt_count=self.attempt_count,
+            lease_token=self.lease_token,
+            depth=self.depth,
+            navigation=dict(self.navigation),
+            spec=spec or {},
+        )
+
+
+def claimed_from_row(row, default_lease: int) -> Claimed:
+    (
+        task_id,
+        task_key,
+        run_id,
+        url,
+        page_type,
+        partition,
+        depth,
+        navigation,
+        attempt_count,
+        lease_token,
+        first_attempt_at,
+        batch_id,
+        previous_state,
+        previous_owner,
+        dataset_id,
+        dataset,
+        provider,
+        window,
+        scraper_version,
+        lease_seconds,
+        max_attempts,
+        max_elapsed,
+    ) = row
+    return Claimed(
+        task_id=task_id,
+        task_key=task_key,
+        run_id=run_id,
+        url=url,
+        page_type=page_type,
+        partition=partition,
+        depth=depth,
+        navigation=json_value(navigation),
+        attempt_count=attempt_count,
+        lease_token=lease_token,
+        previous_state=previous_state,
+        previous_owner=previous_owner if previous_state == TaskState.LEASED else "",
+        first_attempt_at=dt_result(first_attempt_at),
+        recovery_batch_id=batch_id,
+        dataset_id=dataset_id,
+        dataset=dataset,
+        provider=provider,
+        window=window,
+        scraper_version=scraper_version,
+        lease_seconds=int(lease_seconds or default_lease),
+        max_attempts=max_attempts,
+        max_elapsed_seconds=max_elapsed,
+    )
+
+
+@dataclass(slots=True)
+class Plan:
+    claimed: Claimed
+    outcome: Outcome
+    state: str  # target task state
+    attempt_outcome: str
+    error_class: str
+    error_detail: str
+    delay: float | None  # seconds until next_attempt_at (retry_wait only)
+    artefact: dict[str, Any] | None
+    attempt_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    payload_hash: str = ""
+
+
+@dataclass(slots=True)
+class CommitSummary:
+    """What a commit_outcomes call did (counts by target state, plus the losers)."""
+
+    states: dict[str, int] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)  # task ids whose lease had moved on
+    observations: int = 0  # rows inserted or changed (an unchanged upsert is not counted)
+    discovered: int = 0  # new child tasks (already-known keys are not counted)
+
+    @property
+    def committed(self) -> int:
+        return sum(self.states.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "states": dict(self.states),
+            "lost": len(self.lost),
+            "observations": self.observations,
+            "discovered": self.discovered,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds the tasks a commit moves, besides each task's own lease_token.
+
+    A worker's lease (state leased, lease_owner = the worker) by default; a provider job's
+    import (state remote, remote_job = the job); or a re-synchronisation of a completed job
+    (Continue): the tasks are already committed and only their data may change, fenced by
+    the token their job held (a task claimed or reset since then has another).
+    """
+
+    source: str = TaskState.LEASED
+    remote_job: int | None = None
+
+    @classmethod
+    def job(cls, job_pk: int) -> Holder:
+        return cls(TaskState.REMOTE, job_pk)
+
+    @classmethod
+    def resync(cls, job_pk: int) -> Holder:
+        return cls(TaskState.COMMITTED, job_pk)
+
+    def sql(self, table: str, worker_id: str) -> tuple[str, list[Any]]:
+        """The holder's part of the fence's WHERE clause, and its parameters."""
+        if self.source == TaskState.LEASED:
+            return f"{table}.state = %s AND {table}.lease_owner = %s", [self.source, worker_id]
+        if self.source == TaskState.REMOTE:
+            return f"{table}.state = %s AND {table}.remote_job_id = %s", [
+                self.source,
+                self.remote_job,
+            ]
+        return f"{table}.state = %s", [self.source]
+
+
+WORKER = Holder()
+
+
+def plan_outcome(
+    claimed: Claimed,
+    outcome: Outcome,
+    *,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> Plan:
+    """Decide a task's next state from its outcome (the retry table + budgets). Pure."""
+    now = now or datetime.now(UTC)
+    if outcome.ok:
+        # A success may carry notes for triage (the browser provider's refused subresources).
+        notes = failures.sanitise_artefact(outcome.artefact) if outcome.artefact else None
+        return Plan(claimed, outcome, TaskState.COMMITTED, "committed", "", "", None, notes)
+    error_class = str(outcome.error_class)
+    rule = failures.rule_for(outcome.error_class)
+    detail = outcome.error_detail[:2000]
+    artefact = failures.sanitise_artefact(outcome.artefact, outcome.http_status)
+    if rule.action in failures.RETRYING:
+        if outcome.retry_after is not None and outcome.retry_after >= 0:
+            delay = min(float(outcome.retry_after), float(settings.SALVAGE_RETRY_AFTER_CAP))
+        else:
+            delay = failures.backoff(
+                claimed.attempt_count,
+                settings.SALVAGE_BACKOFF_BASE,
+                settings.SALVAGE_BACKOFF_CAP,
+                rng,
+            )
+        first = claimed.first_attempt_at or now
+        elapsed_at_retry = (now - first).total_seconds() + delay
+        if claimed.attempt_count >= claimed.max_attempts:
+            reason = f"budget exhausted: {claimed.attempt_count} of {claimed.max_attempts} attempts"
+        elif elapsed_at_retry > claimed.max_elapsed_seconds:
+            reason = (
+                f"budget exhausted: next try at {elapsed_at_retry:.0f}s after the first attempt "
+                f"exceeds {claimed.max_elapsed_seconds}s"
+            )
+        else:
+            return Plan(
+                claimed,
+                outcome,
+                TaskState.RETRY_WAIT,
+                "retry",
+                error_class,
+                detail,
+                delay,
+                artefact,
+            )
+        # The task keeps its real error class (a rerun selects "server_error", not "budget");
+        # the dead state and the detail say the budget ran out.
+        detail = f"{reason}; last error: {detail}" if detail else reason
+        return Plan(claimed, outcome, TaskState.DEAD, "dead", error_class, detail, None, artefact)
+    target = {
+        Action.QUARANTINE: (TaskState.QUARANTINED, "quarantined"),
+        Action.GONE: (TaskState.GONE, "gone"),
+        Action.DEAD: (TaskState.DEAD, "dead"),
+    }[rule.action]
+    if rule.action == Action.QUARANTINE and artefact is None:
+        artefact = {"status": outcome.http_status}
+    return Plan(claimed, outcome, target[0], target[1], error_class, detail, None, artefact)
+
+
+def plan_observations(plan: Plan) -> list[tuple[str, str, str, str]]:
+    """(observation_key, entity_key, payload_json, hash) of one outcome, in order; also sets
+    the plan's payload_hash (its one observation's, or a hash over several)."""
+    c = plan.claimed
+    out = []
+    for obs in plan.outcome.observations:
+        payload_json = canonical_json(obs.payload)
+        digest = keys.payload_hash(payload_json)
+        okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
+        out.append((okey, obs.entity_key, payload_json, digest))
+    if len(out) == 1:
+        plan.payload_hash = out[0][3]
+    elif out:
+        plan.payload_hash = keys.payload_hash("\n".join(row[3] for row in out))
+    return out
+
+
+def observation_rows(plans: list[Plan]) -> list[ObservationRow]:
+    """(observation_key, entity_key, payload_json, hash, plan) deduplicated by key.
+
+    Two tasks of one batch may report the same entity; one statement may not upsert a row
+    twice (PostgreSQL refuses), so the later one wins, as it would in two transactions.
+    Sorted by key so concurrent committers lock rows in the same order (no deadlock).
+    """
+    rows: dict[str, tuple] = {}
+    for plan in plans:
+        for okey, entity_key, payload_json, digest in plan_observations(plan):
+            rows[okey] = ObservationRow(okey, entity_key, payload_json, digest, plan)
+    return [rows[k] for k in sorted(rows)]
+
+
+def lost_detail(p: Plan) -> str:
+    detail = (
+        f"lost lease: token {p.claimed.lease_token} is no longer current; "
+        f"outcome {p.attempt_outcome} discarded"
+    )
+    return f"{detail} ({p.error_detail})" if p.error_detail else detail
+
+
+def internal_error(detail: str) -> Outcome:
+    """The outcome recorded when a provider itself failed (a bug: quarantined for a human)."""
+    return Outcome(error_class=ErrorClass.INTERNAL, error_detail=detail[:2000])

@@ -1,0 +1,135 @@
+"""SQL both databases' statements share: the database clock, parameters, multi-row VALUES,
+the state literals (from recovery.states.task, never spelled here), the observation upsert
+and the worker's heartbeat row."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from recovery.corrections import ObservationRow
+from recovery.states.task import CLAIMABLE_ORDER, TaskState, sql_list
+
+# Django stores SQLite datetimes as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'; this is the SQL
+# clock in the same shape (milliseconds), so text comparison orders them correctly.
+# '%%' because Django's SQLite cursor turns '%%' into '%' when parameters are passed.
+SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+CLAIMABLE_SQL = sql_list(CLAIMABLE_ORDER)
+
+
+# 'leased' and 'pending' as SQL literals, spelled once (recovery.states.task).
+LEASED_SQL = sql_list([TaskState.LEASED])[1:-1]
+
+
+PENDING_SQL = sql_list([TaskState.PENDING])[1:-1]
+
+
+CHUNK = 500  # rows per multi-row INSERT (far below both databases' parameter limits)
+
+
+TASK_COLS = (
+    "t.id, t.task_key, t.run_id, t.url, t.page_type, t.partition, t.depth, t.navigation, "
+    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id"
+)
+
+
+def is_pg() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def now_sql() -> str:
+    return "statement_timestamp()" if is_pg() else SQLITE_NOW
+
+
+def plus_seconds_sql(expr: str) -> str:
+    """SQL for database-now + `expr` seconds (expr is SQL yielding a number)."""
+    if is_pg():
+        return f"(statement_timestamp() + make_interval(secs => ({expr})::double precision))"
+    return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || ({expr}) || ' seconds')"
+
+
+def dt_param(value: datetime | None):
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def values_sql(n_rows: int, casts: Sequence[str]) -> str:
+    """'(%s, %s::bigint, ...), (...)' — casts only on PostgreSQL, where VALUES needs types."""
+    if is_pg():
+        one = "(" + ", ".join(f"%s{c}" if c else "%s" for c in casts) + ")"
+    else:
+        one = "(" + ", ".join(["%s"] * len(casts)) + ")"
+    return ", ".join([one] * n_rows)
+
+
+def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
+    pg = is_pg()
+    json_mark = "::jsonb" if pg else ""
+    casts = ("",) * 5 + (json_mark,) + ("",) * 8
+    changed = 0
+    for start in range(0, len(rows), CHUNK):
+        chunk = rows[start : start + CHUNK]
+        params: list[Any] = []
+        for row in chunk:
+            c = row.plan.claimed
+            params += [
+                c.run_id,
+                row.observation_key,
+                row.entity_key[:500],
+                c.window,
+                c.partition,
+                row.payload_json,
+                row.payload_hash,
+                c.task_id,
+                row.plan.attempt_id if pg else row.plan.attempt_id.hex,
+                c.scraper_version,
+                "pending",
+                1,
+                now_param,
+                now_param,
+            ]
+        # Upsert by observation_key; only a changed payload rewrites the row (and sends it
+        # back to validation), so a repeated execution is a no-op for the data.
+        cursor.execute(
+            'INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window", '
+            "partition, payload, payload_hash, source_task_id, source_attempt_id, "
+            "scraper_version, validation_state, version, observed_at, updated_at) "
+            f"VALUES {values_sql(len(chunk), casts)} "
+            "ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload, "
+            "payload_hash = excluded.payload_hash, partition = excluded.partition, "
+            "source_task_id = excluded.source_task_id, "
+            "source_attempt_id = excluded.source_attempt_id, "
+            "scraper_version = excluded.scraper_version, validation_state = 'pending', "
+            "updated_at = excluded.updated_at "
+            "WHERE recovery_observation.payload_hash <> excluded.payload_hash RETURNING 1",
+            params,
+        )
+        changed += len(cursor.fetchall())
+    return changed
+
+
+def upsert_worker_sql() -> str:
+    now = now_sql()
+    return (
+        "INSERT INTO recovery_workerheartbeat "
+        "(worker, hostname, pid, started_at, last_seen, claimed, committed) "
+        f"VALUES (%s, %s, %s, {now}, {now}, %s, %s) "
+        "ON CONFLICT (worker) DO UPDATE SET last_seen = excluded.last_seen, "
+        "pid = excluded.pid, "
+        "claimed = recovery_workerheartbeat.claimed + excluded.claimed, "
+        "committed = recovery_workerheartbeat.committed + excluded.committed"
+    )
+
+
+def touch_worker_row(worker_id: str, claimed: int = 0, committed: int = 0) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            upsert_worker_sql(),
+            [worker_id, socket.gethostname()[:200], os.getpid(), claimed, committed],
+        )
