@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 RUNTIME := $(VENV)/.runtime-installed
 
-.PHONY: install install-bench demo test lint soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser clean
+.PHONY: install install-bench demo test lint soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser bench-validation clean
 
 install: $(STAMP)
 
@@ -60,7 +60,7 @@ soak: install
 		--db-outage-every $(SOAK_OUTAGE_EVERY) --db-outage-seconds $(SOAK_OUTAGE_SECONDS) --json
 
 # Each bench ends with one JSON line, "headline": false when the box was busy (bench/README.md).
-bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser
+bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser bench-validation
 
 bench-manifest: install
 	$(BIN)/python bench/manifest.py
@@ -73,6 +73,9 @@ bench-scrape: install-bench
 
 bench-export: install
 	$(BIN)/python bench/export.py
+
+bench-validation: install
+	$(BIN)/python bench/validation.py $(BENCH_ARGS)
 
 bench-dashboard: install
 	$(BIN)/python bench/dashboard.py

@@ -15,9 +15,10 @@ check on both databases that the two paths agree. Left to Python (undecided):
   SQLite the pattern is matched by Django's REGEXP function, which is Python's `re.search`;
 - emptiness of a text that has no printable ASCII character and is not plain ASCII
   whitespace (Python's str.strip() knows every Unicode space);
-- `range` values written as text other than a plain decimal of at most 15 characters
-  (exponents, "inf", "nan", "1_000", Unicode digits, surrounding spaces: Python's float()
-  accepts all of them), and integers beyond 2**53 (float() rounds them);
+- `range` values written as text other than a plain decimal (exponents, "inf", "nan",
+  "1_000", Unicode digits, surrounding spaces: Python's float() accepts all of them; on SQLite
+  also one longer than 15 characters, whose text-to-real conversion is not exactly rounded),
+  and integers beyond 2**53 (float() rounds them);
 - `enum` values that are not text (Python compares str(value): True, 1.0, lists).
 A typical run therefore goes through SQL whole; a run whose values are odd pays Python only
 for its odd observations.
@@ -121,7 +122,9 @@ class _Dialect:
         """A text float() reads exactly as the database does: [+-]digits[.digits], short."""
         if self.pg:
             return (
-                f"(length({col}) <= 15 AND {col} ~ '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)$')",
+                # PostgreSQL reads float8 with strtod, correctly rounded as Python's float():
+                # no length limit (SQLite's reader is not, so it gets one).
+                f"({col} ~ '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)$')",
                 [],
             )
         body = f"(CASE WHEN substr({col}, 1, 1) IN ('+', '-') THEN substr({col}, 2) ELSE {col} END)"
@@ -156,12 +159,47 @@ class RowVerdicts:
         self.empty_fields = sorted(
             {f for fs in self.required.values() for f in fs} | set(self.watched)
         )
+        self.fields = sorted({r["field"] for r in value_rules} | set(self.empty_fields))
+
+    # Layer 0 reads each field of the payload once: its kind (k<j>) and its value (v<j>, text
+    # on PostgreSQL, SQLite's typed value). The layers above refer to these columns.
+    def _kind(self, name: str) -> tuple[str, list]:
+        return f"k{self.fields.index(name)}", []
+
+    def _text(self, name: str) -> tuple[str, list]:
+        return f"v{self.fields.index(name)}", []
+
+    def _number(self, name: str) -> tuple[str, list]:
+        col = f"v{self.fields.index(name)}"
+        return (f"CAST({col} AS double precision)" if self.d.pg else col), []
+
+    def _fence(self) -> str:
+        # Keeps the planner from inlining a layer's expressions into every reference above it
+        # (PostgreSQL and SQLite flatten subqueries; each reference would re-evaluate them).
+        return " OFFSET 0" if self.d.pg else " LIMIT -1 OFFSET 0"
+
+    def layer0(self, where: str, where_params: list) -> tuple[str, list]:
+        cols: list[tuple[str, list]] = [
+            ("o.id AS id, o.partition AS partition, t.page_type AS page_type", [])
+        ]
+        for j, name in enumerate(self.fields):
+            kind, text = self.d.kind(name), self.d.text(name)
+            cols.append((f", {kind[0]} AS k{j}, {text[0]} AS v{j}", kind[1] + text[1]))
+        return _q(
+            ("SELECT ", []),
+            *cols,
+            (
+                " FROM recovery_observation o LEFT JOIN recovery_task t ON t.id = o.source_task_id"
+                f" WHERE {where}{self._fence()}",
+                where_params,
+            ),
+        )
 
     # Layer 1: one column per value rule (1 fails, 0 passes, NULL undecided) and one per field
     # whose emptiness matters (1 empty, 0 not, NULL undecided).
     def _empty(self, name: str) -> tuple[str, list]:
-        kind = self.d.kind(name)
-        text = self.d.text(name)
+        kind = self._kind(name)
+        text = self._text(name)
         printable = self.d.has_any(text[0], "!-~")
         trimmed = self.d.trim_space(text[0])
         return _q(
@@ -176,11 +214,11 @@ class RowVerdicts:
 
     def _fails(self, rule: dict[str, Any]) -> tuple[str, list]:
         name = rule["field"]
-        kind = self.d.kind(name)
-        text = self.d.text(name)
+        kind = self._kind(name)
+        text = self._text(name)
         empty = self._empty(name)
         if rule["kind"] == "range":
-            num = self.d.number(name)
+            num = self._number(name)
 
             def outside(value: tuple[str, list]) -> tuple[str, list]:
                 conds: list[tuple[str, list]] = []
@@ -245,21 +283,18 @@ class RowVerdicts:
         return _q(("CASE (", []), empty, (") WHEN 1 THEN 0 END", []))
 
     def layer1(self, where: str, where_params: list) -> tuple[str, list]:
-        cols = [("o.id AS id, o.partition AS partition, t.page_type AS page_type", [])]
+        cols = [("id, partition, page_type", [])]
         for i, rule in enumerate(self.value_rules):
             sql, params = self._fails(rule)
             cols.append((f", {sql} AS f{i}", params))
         for j, name in enumerate(self.empty_fields):
             sql, params = self._empty(name)
             cols.append((f", {sql} AS e{j}", params))
+        inner = self.layer0(where, where_params)
         return _q(
             ("SELECT ", []),
             *cols,
-            (
-                " FROM recovery_observation o LEFT JOIN recovery_task t ON t.id = o.source_task_id"
-                f" WHERE {where}",
-                where_params,
-            ),
+            (f" FROM ({inner[0]}) l0{self._fence()}", inner[1]),
         )
 
     # Layer 2, over layer 1's columns (no parameters): complete, field_invalid per watched
