@@ -68,18 +68,20 @@ class ErrorGroup:
 def error_groups(run_id: int, state: str) -> tuple[list[ErrorGroup], bool]:
     """Tasks in `state` grouped by error class and partition, from at most SAMPLE_CAP tasks.
 
-    Returns (groups, capped). The (run, state) index yields the first SAMPLE_CAP ids; exact
+    Returns (groups, capped). The (run, state, id) index yields the first SAMPLE_CAP ids; exact
     totals per partition are on the page from the counters.
     """
     # Aggregate over the capped range itself (a derived table with LIMIT), so the database
-    # never joins back to the whole task table.
+    # never joins back to the whole task table. ORDER BY id makes the sample the first ids and
+    # makes the index the plan: without it PostgreSQL may pick a sequential scan "until 10,001
+    # rows match" (seen at 1,000,000 tasks), which reads every earlier run's rows first.
     q = connection.ops.quote_name
     table, err, part = q(Task._meta.db_table), q("last_error_class"), q("partition")
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {err}, {part}, COUNT(*), MIN(id) FROM ("
             f"SELECT id, {err}, {part} FROM {table} "
-            "WHERE run_id = %s AND state = %s LIMIT %s) capped "
+            "WHERE run_id = %s AND state = %s ORDER BY id LIMIT %s) capped "
             f"GROUP BY {err}, {part}",
             [run_id, state, SAMPLE_CAP + 1],
         )
