@@ -122,9 +122,9 @@ class Task(models.Model):
         OFFSET = "offset"
         DRIFT = "drift"  # found only by re-reading an offset listing's head (recovery.drift)
 
-    # No single-column index on run or parent: every claim and commit rewrites each index of
-    # this table (the state columns change, so updates are never HOT), and run-led composite
-    # indexes below already serve "tasks of a run"; parent is read only on a task's page.
+    # No single-column index on run: every claim and commit rewrites each index of this table
+    # (the state columns change, so updates are never HOT), and run-led composite indexes
+    # below already serve "tasks of a run". parent has a partial index (task_parent_idx).
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     task_key = models.CharField(max_length=64, unique=True)
     url = models.TextField()
@@ -202,6 +202,15 @@ class Task(models.Model):
                 fields=["run", "partition", "state", "id"], name="task_run_part_state_idx"
             ),
             models.Index(fields=["run", "last_error_class"], name="task_run_error_idx"),
+            # Deleting a task makes the database look for children naming it as parent; with
+            # no index that is a scan of the table per deleted row (quadratic: 97 s to delete
+            # 20,000 tasks on SQLite, 0.4 s with this index). Partial, so manifest tasks (no
+            # parent) cost no index write on claim and commit.
+            models.Index(
+                fields=["parent"],
+                name="task_parent_idx",
+                condition=Q(parent__isnull=False),
+            ),
             # A run's task list in URL order and URL-prefix search (dashboard.lists.UrlKey is
             # the expression every query uses). Declared so SQLite's table rebuilds keep it; on
             # PostgreSQL migration 0006 built it with COLLATE "C" (byte order, which lets one
