@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('recovery', '0013_task_discovery_drift'),
+        ('recovery', '0014_task_drift_idx'),
     ]
 
     operations = [
