@@ -369,6 +369,7 @@ EXPECTED_STATE = {
     ErrorClass.BAD_ENCODING: "quarantined",
     ErrorClass.CLIENT_ERROR: "quarantined",
     ErrorClass.INTERNAL: "quarantined",
+    ErrorClass.ROBOTS_DISALLOWED: "quarantined",  # never fetched: an operator decides
     ErrorClass.NOT_FOUND: "gone",
     ErrorClass.BUDGET_EXHAUSTED: "dead",
 }
