@@ -31,7 +31,7 @@ from django import db
 from django.conf import settings
 from django.db import connection, transaction
 
-from recovery import acceptance_steps, counters, remote
+from recovery import acceptance_steps, counters, outage, remote
 from recovery.leases import CLAIMABLE_SQL
 
 log = logging.getLogger(__name__)
@@ -150,17 +150,21 @@ def run_dispatcher(
     compact_seconds = compact_seconds or settings.SALVAGE_COMPACT_SECONDS
     sent = 0
     last_compact = time.monotonic()
+    # A database restart or outage: one log line each way, capped backoff, and DatabaseOutage
+    # past SALVAGE_DB_OUTAGE_LIMIT (the command exits 1). The truth is in the tables, so the
+    # missed ticks only delay work.
+    guard = outage.OutageGuard("dispatch", stop=stop)
+
+    def one_tick() -> int:
+        nonlocal last_compact
+        done = tick(batch_size=batch_size).sent
+        if time.monotonic() - last_compact >= compact_seconds:
+            compact_busy_runs()
+            last_compact = time.monotonic()
+        return done
+
     while not stop.is_set():
         db.close_old_connections()
-        try:
-            sent += tick(batch_size=batch_size).sent
-            if time.monotonic() - last_compact >= compact_seconds:
-                compact_busy_runs()
-                last_compact = time.monotonic()
-        except db.OperationalError:
-            # A database restart or a locked SQLite file: log, wait a tick, carry on. The
-            # truth is in the tables, so a missed tick only delays work.
-            log.exception("dispatch tick failed")
-            db.close_old_connections()
+        sent += guard.step(one_tick) or 0
         stop.wait(tick_seconds)
     return sent

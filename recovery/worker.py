@@ -75,7 +75,11 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     with _loop_lock:
         # After a fork (django-q2 workers) the parent's thread does not exist here: start anew.
         if _loop is None or _loop_pid != os.getpid():
-            _providers.clear()
+            if _loop_pid != os.getpid() and _loop_pid is not None:
+                # The parent's providers belong to its loop. On the first call there are none
+                # to drop: the provider the first batch just made must stay cached, or it is
+                # never closed ("Unclosed client session" at exit).
+                _providers.clear()
             _loop = asyncio.new_event_loop()
             _loop_pid = os.getpid()
             threading.Thread(target=_loop.run_forever, name="salvage-loop", daemon=True).start()

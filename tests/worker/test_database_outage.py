@@ -93,7 +93,7 @@ def test_deliver_rides_out_an_outage_and_resumes_by_itself(postgres_only, tmp_pa
     assert deliver.popen.returncode == 0  # stopped by SIGTERM, cleanly
 
 
-def test_deliver_and_work_exit_1_with_one_line_past_the_limit(postgres_only, tmp_path):
+def test_deliver_work_and_dispatch_exit_1_with_one_line_past_the_limit(postgres_only, tmp_path):
     env = child_env(
         SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
         SALVAGE_OUTBOX_WAKE="0",
@@ -103,12 +103,13 @@ def test_deliver_and_work_exit_1_with_one_line_past_the_limit(postgres_only, tmp
     with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
         deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
         work = supervisor.start("work", manage_py("work"), env=env)
+        dispatch = supervisor.start("dispatch", manage_py("dispatch", "--tick", "0.2"), env=env)
         first = accepted_event()
         wait_until(lambda: delivered(first), timeout=60, what="the first delivery")
         with database_outage():
-            for proc in (deliver, work):
+            for proc in (deliver, work, dispatch):
                 wait_until(lambda p=proc: not p.alive(), timeout=30, what=f"{proc.name} giving up")
-    for proc in (deliver, work):
+    for proc in (deliver, work, dispatch):
         assert proc.popen.returncode == 1
         log = proc.log_path.read_text()
         last = log.strip().splitlines()[-1]
@@ -169,6 +170,7 @@ def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
         assert log.count(f"{kind}: database unavailable") == 1, log[-3000:]
         assert log.count(f"{kind}: database available again") == 1, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
+        assert "Unclosed client session" not in log, log[-3000:]  # closed when a loop ends
 
 
 def test_qcluster_and_dispatch_ride_out_an_outage_and_finish_the_run_exactly_once(
@@ -208,6 +210,11 @@ def test_qcluster_and_dispatch_ride_out_an_outage_and_finish_the_run_exactly_onc
     log = cluster.log_path.read_text()
     failed = log.count("Failed 'recovery.tasks.run_batch_task'")
     assert failed <= 2 * 2, log[-4000:]  # two worker processes, one outage (+ a reconnect race)
+    log = dispatch.log_path.read_text()
+    assert dispatch.popen.returncode == 0, log[-3000:]
+    assert log.count("dispatch: database unavailable") == 1, log[-3000:]
+    assert log.count("dispatch: database available again") == 1, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
 
 
 def status_of(url: str) -> int:

@@ -51,6 +51,8 @@ def test_a_mixed_run_of_1000_pages_ends_terminal_with_the_expected_observations(
     ]
     for proc in workers:
         assert wait_exit(proc, 600, "a worker") == 0, log_text(proc)[-3000:]
+        # Every HTTP session is closed at exit (the first batch's provider used to leak one).
+        assert "Unclosed client session" not in log_text(proc), log_text(proc)[-3000:]
 
     assert all_terminal(run.pk)
     tasks = {t.url: t for t in Task.objects.filter(run=run)}

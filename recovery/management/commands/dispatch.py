@@ -7,7 +7,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import dispatch, liveness
+from recovery import dispatch, liveness, outage
 
 
 class Command(BaseCommand):
@@ -39,6 +39,8 @@ class Command(BaseCommand):
             sent = dispatch.run_dispatcher(
                 stop, tick_seconds=options["tick"], batch_size=options["batch"]
             )
+        except outage.DatabaseOutage as exc:
+            raise CommandError(str(exc), returncode=1) from None
         finally:
             heartbeat.stop()
         self.stdout.write(f"dispatcher stopped: {sent} wake-ups sent")
