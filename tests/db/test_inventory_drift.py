@@ -34,7 +34,7 @@ def listing_with_total(total: dict | None) -> dict:
     [(60, 3, 2), (240, 2, 11)],  # the second grows by more than a page: a multi-page re-read
 )
 def test_a_listing_that_grows_while_walked_is_collected_whole_once(
-    make_sandbox, tmp_path, pages, insert_every, min_inserted
+    make_sandbox, tmp_path, monkeypatch, pages, insert_every, min_inserted
 ):
     shop = make_sandbox(
         pages=pages, faults="none", listing_limit=10, listing_insert_every=insert_every
@@ -74,6 +74,12 @@ def test_a_listing_that_grows_while_walked_is_collected_whole_once(
     html = client.get(reverse("dashboard:run", kwargs={"run_id": run.pk})).content.decode()
     n = drift.count()
     assert f"inventory drift: {n} items appeared during the walk" in html
+
+    # Past the cap the figure reads cap + 1 ids, never a COUNT, and says "more than".
+    monkeypatch.setattr(figures, "DRIFT_CAP", n - 1)
+    assert figures.inventory_drift(run.pk) == n
+    html = client.get(reverse("dashboard:run", kwargs={"run_id": run.pk})).content.decode()
+    assert f"inventory drift: more than {n - 1} items appeared during the walk" in html
 
 
 @pytest.mark.django_db(transaction=True)
