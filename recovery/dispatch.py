@@ -31,7 +31,7 @@ from django import db
 from django.conf import settings
 from django.db import connection, transaction
 
-from recovery import acceptance_steps, counters, outage, remote
+from recovery import acceptance_steps, counters, outage, remote, schedules
 from recovery.leases import CLAIMABLE_SQL
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,12 @@ COMPACT_MIN_ROWS = 200
 # The tick's other work, written out: fn() -> number of wake-ups it sent, called inside the
 # tick's transaction. Acceptance and outbox: wake advance_runs / deliver_due when runs are
 # ready or events are due. Remote jobs: wake poll_remote_jobs to send, reap and poll.
-TICK_HOOKS: tuple[Callable[[], int], ...] = (acceptance_steps.dispatch_hook, remote.dispatch_hook)
+# Schedules: after the tick commits, create the runs whose windows are due.
+TICK_HOOKS: tuple[Callable[[], int], ...] = (
+    acceptance_steps.dispatch_hook,
+    remote.dispatch_hook,
+    schedules.dispatch_hook,
+)
 
 
 def _uses_orm_broker() -> bool:

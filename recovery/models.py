@@ -583,3 +583,51 @@ class AuditEntry(models.Model):
 
     class Meta:
         verbose_name_plural = "audit entries"
+
+
+class Schedule(models.Model):
+    """A recurring collection of a dataset: one run per window, created by the dispatcher
+    (recovery.schedules). The run's unique (dataset, window) is the fence; `last_due_at` and
+    `last_window` advance in the same transaction that creates the run."""
+
+    class Kind(models.TextChoices):
+        DAILY = "daily"
+        WEEKLY = "weekly"
+        CRON = "cron"
+
+    class CatchUp(models.TextChoices):
+        LATEST = "latest"  # after a gap, only the newest missed window
+        EACH = "each"  # each missed window, oldest first, at most catch_up_max
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="schedules")
+    name = models.SlugField(max_length=100)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # daily/weekly: the local time; weekly: ISO weekday 1-7; cron: a 5-field expression.
+    at_time = models.TimeField(null=True, blank=True)
+    weekday = models.PositiveSmallIntegerField(null=True, blank=True)
+    cron = models.CharField(max_length=200, blank=True)
+    time_zone = models.CharField(max_length=64, default="UTC")  # IANA name
+    window_format = models.CharField(max_length=64, default="%Y-%m-%d")
+    # A file path, an http(s) URL (fetched through the guarded client) or "previous".
+    manifest_source = models.TextField()
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    catch_up_max = models.PositiveSmallIntegerField(default=1)
+    paused = models.BooleanField(default=False)
+    # The last occurrence a run was made (or found) for; None: none yet, count from created_at.
+    last_due_at = models.DateTimeField(null=True, blank=True)
+    last_window = models.CharField(max_length=64, blank=True)
+    last_run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, blank=True)
+    # A failed manifest fetch: the error, and when to try again (backoff on `failures`).
+    failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "name"], name="schedule_dataset_name_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset.name}/{self.name}"

@@ -313,6 +313,8 @@ SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
 # Dispatcher (recovery.dispatch): tick length, the most wake-ups left waiting in the queue at
 # once, and how often busy runs' counter deltas are folded.
 SALVAGE_DISPATCH_TICK = env_float("SALVAGE_DISPATCH_TICK", 0.5, minimum=0.05)
+# How often the dispatcher looks for schedules whose window is due (recovery.schedules).
+SALVAGE_SCHEDULE_CHECK_SECONDS = env_float("SALVAGE_SCHEDULE_CHECK_SECONDS", 10.0, minimum=0.05)
 SALVAGE_DISPATCH_MAX_WAITING = env_int("SALVAGE_DISPATCH_MAX_WAITING", 8, minimum=1)
 SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5)
 # Worker liveness (recovery.liveness): every process beats every HEARTBEAT seconds, busy or
