@@ -29,6 +29,7 @@ VIEWED_MODELS = (
     "taskcountdelta",
     "workerheartbeat",
     "triagenote",
+    "schedule",
 )
 
 OPERATOR_PERMS = [f"view_{model}" for model in VIEWED_MODELS] + [
@@ -43,6 +44,7 @@ ADMIN_PERMS = [
     "view_audit",
     "view_auditentry",
     "upload_dataset",
+    "change_schedule",  # pause and resume (recovery.schedules.set_paused, audited)
 ]
 EXPORTER_PERMS = ["export_dataset"]
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import dataset_views, demo_views, views
+from dashboard import dataset_views, demo_views, schedule_views, views
 
 app_name = "dashboard"
 
@@ -39,6 +39,12 @@ urlpatterns = [
     path("datasets/upload", dataset_views.dataset_upload, name="dataset_upload"),
     path("datasets/<slug:name>/", dataset_views.dataset_detail, name="dataset"),
     path("datasets/<slug:name>/runs", dataset_views.run_create, name="run_create"),
+    path("schedules/", schedule_views.schedule_list, name="schedules"),
+    path(
+        "schedules/<int:schedule_id>/toggle",
+        schedule_views.schedule_toggle,
+        name="schedule_toggle",
+    ),
     path("demo/", demo_views.story, name="demo"),
     path("demo/repaired-spec", demo_views.load_repaired_spec, name="demo_load_spec"),
     path("glossary/", views.glossary, name="glossary"),

@@ -26,6 +26,7 @@ from recovery.models import (
     RemoteJob,
     Run,
     RunPartition,
+    Schedule,
     Task,
     TriageNote,
 )
@@ -82,6 +83,7 @@ PAGES: dict[str, Page] = {
     "dashboard:dataset": Page(lambda w: {"name": w.run.dataset.name}),
     "dashboard:demo": Page(allowed={"operator", "admin", "exporter"}),
     "dashboard:glossary": Page(),
+    "dashboard:schedules": Page(),
     # Confirmation pages: a GET (or an unconfirmed POST) shows the consequences, changes nothing.
     "dashboard:run_accept": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
     "dashboard:run_reject": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
@@ -101,7 +103,27 @@ def _audited(action: str) -> Callable[[World], bool]:
     return lambda w: AuditEntry.objects.filter(action=action).exists()
 
 
+def _schedule(w: World) -> Schedule:
+    schedule, _ = Schedule.objects.get_or_create(
+        dataset=w.run.dataset,
+        name="nightly",
+        defaults={"kind": "daily", "at_time": "06:00", "manifest_source": "previous"},
+    )
+    return schedule
+
+
 POSTS: dict[str, Post] = {
+    "dashboard:schedule_toggle": Post(
+        lambda w: {"schedule_id": _schedule(w).pk},
+        {"reason": "site migration"},
+        {"admin"},
+        lambda w: (
+            Schedule.objects.filter(name="nightly", paused=True).exists()
+            and AuditEntry.objects.filter(
+                action="schedule_paused", reason="site migration"
+            ).exists()
+        ),
+    ),
     "dashboard:run_accept": Post(
         lambda w: {"run_id": w.candidate.pk},
         {"confirmed": "1"},

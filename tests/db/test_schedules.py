@@ -336,3 +336,35 @@ def test_the_command_adds_lists_pauses_and_removes(manifest, capsys):
     assert info.value.returncode == 2 and str(info.value).startswith("name:")
     call_command("schedule", "remove", dataset.name, "nightly")
     assert not Schedule.objects.exists()
+
+
+def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.browser.world import make_users
+
+    dataset = make_dataset()
+    make_schedule(dataset, manifest, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00")
+    with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
+        schedules.run_due()
+    users = make_users()
+    operator, admin = Client(), Client()
+    operator.force_login(users["operator"])
+    admin.force_login(users["admin"])
+    with time_machine.travel(datetime(2026, 5, 1, 8, tzinfo=UTC), tick=False):
+        html = operator.get(reverse("dashboard:schedules")).content.decode()
+    run = Run.objects.get(dataset=dataset)
+    assert f'href="/runs/{run.pk}/">2026-05-01</a>' in html  # the last window, linked
+    assert "2026-05-02" in html  # the next window
+    assert "Pause</button>" not in html
+    schedule = Schedule.objects.get(dataset=dataset)
+    url = reverse("dashboard:schedule_toggle", kwargs={"schedule_id": schedule.pk})
+    assert operator.post(url).status_code == 403
+    assert admin.post(url, {"reason": "site migration"}, follow=True).status_code == 200
+    schedule.refresh_from_db()
+    assert schedule.paused
+    entry = AuditEntry.objects.get(action="schedule_paused")
+    assert (entry.actor, entry.reason) == (users["admin"].username, "site migration")
+    html = admin.get(reverse("dashboard:schedules")).content.decode()
+    assert "Resume</button>" in html
