@@ -18,12 +18,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import datasetboard, lists, speclines, uploads
 from dashboard.forms import ManifestUploadForm, SpecUploadForm
-from recovery import manifests, specs
+from recovery import manifests, schedules, specs
 from recovery.models import Dataset
 
 SPEC_EXCERPT = 2  # lines shown on each side of the line an error points at
@@ -84,6 +85,9 @@ def _dataset_page(
         "history": datasetboard.history(dataset),
         "runs": datasetboard.runs(dataset),
         "runs_shown": datasetboard.RUNS_SHOWN,
+        "schedules": schedules.overview(
+            dataset.schedules.select_related("last_run").order_by("name"), timezone.now()
+        ),
         "current": datasetboard.summaries([dataset])[0].current,
         "form": form,
         "problems": problems,

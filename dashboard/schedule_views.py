@@ -21,20 +21,10 @@ MAX_ROWS = 500
 @require_GET
 @permission_required("recovery.view_schedule", raise_exception=True)
 def schedule_list(request: HttpRequest) -> HttpResponse:
-    now = timezone.now()
-    rows = []
-    for s in Schedule.objects.select_related("dataset", "last_run").order_by(
+    listed = Schedule.objects.select_related("dataset", "last_run").order_by(
         "dataset__name", "name"
-    )[:MAX_ROWS]:
-        upcoming = schedules.next_due(s, now)
-        rows.append(
-            {
-                "schedule": s,
-                "describe": schedules.describe(s),
-                "next_window": schedules.window_for(s, upcoming) if upcoming else None,
-                "next_at": upcoming,
-            }
-        )
+    )[:MAX_ROWS]
+    rows = schedules.overview(listed, timezone.now())
     return render(request, "dashboard/schedules.html", {"rows": rows})
 
 

@@ -299,6 +299,22 @@ def next_due(schedule: Schedule, now: datetime) -> datetime | None:
     return next(occurrences(schedule, max(now, schedule.last_due_at or now), horizon), None)
 
 
+def overview(rows, now: datetime) -> list[dict]:
+    """What the Schedules page and the dataset page show for each schedule."""
+    out = []
+    for s in rows:
+        upcoming = None if s.paused else next_due(s, now)
+        out.append(
+            {
+                "schedule": s,
+                "describe": describe(s),
+                "next_window": window_for(s, upcoming) if upcoming else None,
+                "next_at": upcoming,
+            }
+        )
+    return out
+
+
 # --- creating runs ------------------------------------------------------------------------
 
 

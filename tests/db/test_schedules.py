@@ -358,6 +358,11 @@ def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
     assert f'href="/runs/{run.pk}/">2026-05-01</a>' in html  # the last window, linked
     assert "2026-05-02" in html  # the next window
     assert "Pause</button>" not in html
+    with time_machine.travel(datetime(2026, 5, 1, 8, tzinfo=UTC), tick=False):
+        page = operator.get(reverse("dashboard:dataset", kwargs={"name": dataset.name}))
+    text = page.content.decode()
+    assert "<strong>nightly</strong>: daily 06:00 UTC, next window 2026-05-02" in text
+    assert f'last window <a href="/runs/{run.pk}/">2026-05-01</a>' in text
     schedule = Schedule.objects.get(dataset=dataset)
     url = reverse("dashboard:schedule_toggle", kwargs={"schedule_id": schedule.pk})
     assert operator.post(url).status_code == 403
