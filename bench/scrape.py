@@ -30,7 +30,8 @@
    same repetition, median over repetitions (bench/loadwatch.py says when it may headline).
 
 PostgreSQL: BENCH_DATABASE_URL (or DATABASE_URL) names the server; the benchmark drops and
-creates its own database (--pg-name, or BENCH_PG_NAME) there. SQLite: a file in a temporary
+creates its own database (--pg-name, or BENCH_PG_NAME) there, and drops it at the end unless
+--keep. SQLite: a file in a temporary
 directory. BENCH_PAGES sets the default page count.
 """
 
@@ -351,6 +352,16 @@ def recreate_pg(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def drop_pg(url: str) -> None:
+    """Drop the bench's scratch database (kept with --keep)."""
+    import psycopg
+
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with contextlib.suppress(psycopg.Error), psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     proc = subprocess.run(
         [PY, str(ROOT / "manage.py"), *args],
@@ -521,7 +532,9 @@ def main() -> int:
     parser.add_argument(
         "--with-untuned", action="store_true", help="add Scrapy with its default settings"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory and the scratch database"
+    )
     args = parser.parse_args()
     dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
     for db in dbs:
@@ -589,6 +602,8 @@ def main() -> int:
         sandbox.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+            if "postgres" in dbs:
+                drop_pg(pg_database_url(args.pg_name))
     for row in summary["results"]:
         log(
             f"{row['db']} x{row['workers']}: Salvage {row['pages_per_s']} p/s "
