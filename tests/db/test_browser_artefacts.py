@@ -135,7 +135,10 @@ def test_a_missing_browser_is_an_internal_error_naming_what_to_install(settings)
     task = TaskInput(
         task_id=1, task_key="k", run_id=1, url="http://127.0.0.1:9/", page_type="product",
         partition="p", window="w", dataset="d", attempt_count=1, lease_token=1,
-        spec={"page_types": {"product": {}}},
+        # Nothing listens on port 9, so robots.txt (read before the browser starts) would
+        # end the task as a network failure first: this dataset opts out, with its reason.
+        spec={"page_types": {"product": {}},
+              "robots": {"obey": False, "reason": "the browser launch is under test"}},
     )  # fmt: skip
     (outcome,) = asyncio.run(provider.execute_many([task]))
     assert outcome.error_class == ErrorClass.INTERNAL

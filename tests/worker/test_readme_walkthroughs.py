@@ -63,7 +63,12 @@ def run_walkthrough(name: str, tmp_path: Path, **env: str) -> str:
     base = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SALVAGE_", "DATABASE_URL", "REDIS_URL", "MESSORA_", "SECRET_KEY"))
+        # DJANGO_*: pytest-django's settings module and the browser tests' async switch must
+        # not leak into a reader's shell (the production walkthrough's deploy check refuses
+        # DJANGO_ALLOW_ASYNC_UNSAFE).
+        if not k.startswith(
+            ("SALVAGE_", "DATABASE_URL", "REDIS_URL", "MESSORA_", "SECRET_KEY", "DJANGO_")
+        )
     }
     base.update(WORK=str(tmp_path / "work"), PORT=str(free_port()), **env)
     done = subprocess.run(
