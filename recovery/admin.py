@@ -144,3 +144,10 @@ class AuditEntryAdmin(RawRecordAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id")
     list_filter = ("action",)
     search_fields = ("actor", "object_id")
+
+
+@admin.register(models.Schedule)
+class ScheduleAdmin(RawRecordAdmin):
+    list_display = ("id", "dataset", "name", "kind", "paused", "last_window", "retry_at")
+    list_filter = ("kind", "paused")
+    raw_id_fields = ("dataset", "last_run")
