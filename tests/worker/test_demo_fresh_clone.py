@@ -69,6 +69,14 @@ def test_a_fresh_clones_make_demo_reaches_a_live_dashboard(tmp_path):
         )
         seconds = time.monotonic() - started
         assert proc.poll() is None, out.read_text()[-3000:]
+        # The page can answer a moment before the demo prints its own "Dashboard:" line (it
+        # checks readiness on its own schedule): wait for the line, so Ctrl-C comes after it.
+        wait_until(
+            lambda: "Dashboard: " in out.read_text() or proc.poll() is not None,
+            timeout=60,
+            interval=0.2,
+            what="the demo's Dashboard line",
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
