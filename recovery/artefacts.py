@@ -14,6 +14,9 @@ import hashlib
 import os
 import re
 import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,3 +68,63 @@ def read_screenshot(name: object) -> bytes:
         # Never hand the browser anything but an image, whatever the file became.
         raise ArtefactMissing(f"screenshot {name} is not a PNG")
     return data
+
+
+# --- retention -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    kept: int
+    removed_orphans: list[str]
+    removed_published: list[str]
+
+
+def prune(*, published_days: int, orphan_minutes: int = 60, dry_run: bool = False) -> PruneReport:
+    """Delete artefact files no triage can need any more, and say which.
+
+    Two kinds go: files no attempt names (a worker wrote them and died before its attempt
+    committed) once older than `orphan_minutes` — younger ones may belong to a commit still
+    in flight — and files named only by attempts of runs published more than `published_days`
+    ago (a published run is final: nobody triages it again). A rejected run can be reopened,
+    so its files stay. Attempts keep their JSON; a missing file reads as "not stored".
+    """
+    from django.utils import timezone
+
+    from recovery.models import Attempt
+    from recovery.states.run import RunState
+
+    folder = directory()
+    if not folder.is_dir():
+        return PruneReport(0, [], [])
+    cutoff = timezone.now() - timedelta(days=published_days)
+    live: set[str] = set()
+    stale: set[str] = set()
+    rows = Attempt.objects.filter(artefact__isnull=False).values_list(
+        "artefact", "run__acceptance_state", "run__published_at"
+    )
+    for artefact, run_state, published_at in rows.iterator(chunk_size=2000):
+        if not isinstance(artefact, dict):
+            continue
+        names = {artefact.get("screenshot"), artefact.get("rendered_html")} - {None}
+        done = run_state == RunState.PUBLISHED and published_at and published_at < cutoff
+        (stale if done else live).update(n for n in names if isinstance(n, str))
+    orphan_before = time.time() - orphan_minutes * 60
+    orphans: list[str] = []
+    published: list[str] = []
+    kept = 0
+    for path in sorted(folder.iterdir()):
+        if not _NAME.match(path.name):
+            continue  # temporary files of a store() in flight, or not ours
+        if path.name in live:
+            kept += 1
+        elif path.name in stale:
+            published.append(path.name)
+        elif path.stat().st_mtime < orphan_before:
+            orphans.append(path.name)
+        else:
+            kept += 1
+    if not dry_run:
+        for name in orphans + published:
+            (folder / name).unlink(missing_ok=True)
+    return PruneReport(kept, orphans, published)
