@@ -1,8 +1,10 @@
 """Run status: counts by task state, coverage and acceptance state, cheap at a million tasks.
 
 Task counts come from recovery.counters (a few summed delta rows), never from COUNT(*) over
-the task table. Coverage is committed logical tasks / logical tasks; attempts never enter it
-(ten retries of one page are one task and at most one observation).
+the task table. Two coverages, named as recovery.figures.GLOSSARY names them: committed
+coverage (`coverage` in --json) is committed logical tasks / logical tasks, attempts never enter
+it (ten retries of one page are one task); acceptance coverage is the dataset's coverage rule at
+its last evaluation, the figure Accept judges.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class RunStatus(TypedDict):
     observations: int
     observations_by_validation: dict[str, int]
     coverage: float | None
+    acceptance_coverage: dict[str, Any] | None
     coverage_note: str
     credits_used: int
     manifest_sha256: str
@@ -63,7 +66,8 @@ def find_run(ref: str | int):
 
 
 def run_status(run) -> RunStatus:
-    from recovery.models import Observation, RemoteJob
+    from recovery.figures import rule_check, rule_kinds
+    from recovery.models import Observation, RemoteJob, ValidationResult
 
     by_state = counters.by_state(run.pk)
     tasks = {state: by_state.get(state, 0) for state in TaskState.values}
@@ -78,6 +82,22 @@ def run_status(run) -> RunStatus:
         .annotate(n=Count("pk"))
         .order_by()
     }
+    kinds = rule_kinds(run.dataset.spec)
+    coverage_rules = [name for name, kind in kinds.items() if kind == "coverage"]
+    stored = ValidationResult.objects.filter(
+        run_id=run.pk, partition="", rule__in=coverage_rules
+    ).first()
+    acceptance = None
+    if stored is not None:
+        check = rule_check(stored, kinds)
+        acceptance = {
+            "rule": check.rule,
+            "value": check.value,
+            "threshold": check.threshold,
+            "passed": check.passed,
+            "text": check.failure if not check.passed else f"{check.rule} {check.shown_value}",
+            "evaluated_at": check.evaluated_at.isoformat() if check.evaluated_at else None,
+        }
     credits = RemoteJob.objects.filter(run_id=run.pk).aggregate(n=Sum("credits_used"))["n"] or 0
     return RunStatus(
         run=run.pk,
@@ -92,6 +112,7 @@ def run_status(run) -> RunStatus:
         observations=sum(by_validation.values()),
         observations_by_validation=by_validation,
         coverage=round(tasks[TaskState.COMMITTED] / total, 6) if total else None,
+        acceptance_coverage=acceptance,
         coverage_note=run.coverage_note,
         credits_used=int(credits),
         manifest_sha256=run.manifest_sha256,
@@ -108,9 +129,13 @@ def format_text(status: dict[str, Any]) -> str:
         f"{status['acceptance_state']}"
         + (f" ({status['state_reason']})" if status["state_reason"] else ""),
         f"tasks {status['task_total']} ({counts}); terminal {status['terminal']}",
-        f"coverage {coverage} (committed tasks / logical tasks); "
+        f"committed coverage {coverage} (committed tasks / logical tasks); "
         f"observations {status['observations']}",
     ]
+    accepted = status.get("acceptance_coverage")
+    if accepted:
+        verdict = "passes" if accepted["passed"] else "fails"
+        lines.append(f"acceptance coverage: {accepted['text']} ({verdict} at last evaluation)")
     if status["credits_used"]:
         lines.append(f"credits used {status['credits_used']}")
     if status["coverage_note"]:

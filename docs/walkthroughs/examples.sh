@@ -11,4 +11,4 @@ export SALVAGE_INSECURE_DEV_KEY=1 SALVAGE_DATA_DIR="$WORK/data"
 .venv/bin/python manage.py runstatus shop@2026-11-29      # or: runstatus 1 --json
 #> run 1 shop@2026-11-29: collecting
 #> tasks 9 (pending 9); terminal 0
-#> coverage 0.0% (committed tasks / logical tasks); observations 0
+#> committed coverage 0.0% (committed tasks / logical tasks); observations 0

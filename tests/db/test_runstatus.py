@@ -99,7 +99,7 @@ def test_coverage_is_unknown_for_a_run_without_tasks():
     run = make_run()
     data = json.loads(runstatus(str(run.pk), "--json"))
     assert data["coverage"] is None
-    assert "coverage n/a" in runstatus(str(run.pk))
+    assert "committed coverage n/a" in runstatus(str(run.pk))
 
 
 def test_it_sums_remote_job_credits_and_shows_the_coverage_note():
@@ -127,7 +127,7 @@ def test_the_text_report_is_short_and_readable():
         f"run {run.pk} {run.dataset.name}@{run.window}: candidate (every task is terminal)"
     )
     assert "tasks 2 (pending 1, committed 1)" in text
-    assert "coverage 50.0%" in text
+    assert "committed coverage 50.0%" in text
 
 
 @pytest.mark.parametrize("ref", ["999999", "nosuch@w", "not a run", "@", ""])
@@ -137,3 +137,22 @@ def test_an_unknown_run_exits_2(ref):
         runstatus(ref)
     assert err.value.returncode == 2
     assert "RUN" in str(err.value)
+
+
+def test_it_names_both_coverages_and_reports_the_rule_accept_judges():
+    from recovery import validation
+    from tests.acceptance_factories import make_collected_run
+
+    run = make_collected_run({"a": "good", "b": "bad"}, per_partition=5)
+    make_tasks(run, 10, partition="c")  # pending: committed coverage 10 / 20
+    assert json.loads(runstatus(str(run.pk), "--json"))["acceptance_coverage"] is None
+    assert "acceptance coverage" not in runstatus(str(run.pk))
+    validation.evaluate(run.pk)
+    data = json.loads(runstatus(str(run.pk), "--json"))
+    assert data["coverage"] == pytest.approx(0.5)
+    check = data["acceptance_coverage"]
+    assert check["rule"] == "coverage" and check["threshold"] == pytest.approx(0.9)
+    assert check["passed"] is False and check["value"] < 0.9
+    text = runstatus(str(run.pk))
+    assert "committed coverage 50.0% (committed tasks / logical tasks)" in text
+    assert f"acceptance coverage: coverage {check['value']:.3f}, needs ≥ 0.90 (fails" in text

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!-- walkthrough: (\S+) [^\n]*-->\n```sh\n(.*?)```\n", re.S)
 # sha256 of each block's text; update after changing a walkthrough and running these tests.
 WALKTHROUGH_SHA256 = {
-    "examples": "9e5d61066c090cf39d2b7b6d1630c642fae2314a963ee1201e13f1235c03dd5f",
+    "examples": "f80831d7818b0f4f2701d0656353cbad3dc1b12320d9db968a78ba6dc00f83b2",
     "sandbox": "d81872ca734519549337dc1e04d21faad9f7f3cd7f2da37d9b43b908fa79a3f0",
     "remote": "5f5e680ddddb0db7c401443d05e6588cec1a37f1caaefbbdbcc7453a5b91b296",
     "production": "df54fd1774fe9b70fd9d53561c4dd0931572fca2e7c09b88852923c3ba377dc4",
