@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -238,11 +239,26 @@ class Heartbeat:
             log.warning("goodbye of %s failed", self.worker_id, exc_info=True)
 
 
+def new_worker_id(prefix: str = "w") -> str:
+    """Unique per process start: a restarted process never inherits an old lease's owner."""
+    host = socket.gethostname()[:40]
+    return f"{prefix}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+_worker_ids: dict[str, str] = {}
+
+
+def process_worker_id(prefix: str = "q") -> str:
+    """The lease owner of this django-q2 worker process (a respawned process gets a new one)."""
+    current = _worker_ids.get(prefix)
+    if current is None or f"-{os.getpid()}-" not in current:
+        current = _worker_ids[prefix] = new_worker_id(prefix)
+    return current
+
+
 def start(kind: str, worker_id: str | None = None) -> Heartbeat:
     """Start this process's heartbeat (the `work`, `dispatch`, `deliver`, `qcluster` commands)."""
-    from recovery import worker
-
-    return Heartbeat(worker_id or worker.new_worker_id(kind), kind).start()
+    return Heartbeat(worker_id or new_worker_id(kind), kind).start()
 
 
 def on_qcluster_worker_spawn(sender=None, proc_name: str = "", **kwargs) -> None:
@@ -250,11 +266,9 @@ def on_qcluster_worker_spawn(sender=None, proc_name: str = "", **kwargs) -> None
     process claims with (recovery.tasks), until its cluster process goes away."""
     import multiprocessing.util
 
-    from recovery import tasks
-
     parent = os.getppid()
     beat_ = Heartbeat(
-        tasks.process_worker_id(), WorkerKind.QCLUSTER, keep_going=lambda: os.getppid() == parent
+        process_worker_id(), WorkerKind.QCLUSTER, keep_going=lambda: os.getppid() == parent
     ).start()
     # A recycled or stopped worker exits through multiprocessing's finalizers, not atexit.
     multiprocessing.util.Finalize(None, beat_.stop, exitpriority=10)

@@ -9,20 +9,9 @@ acceptance and remote entry points moved here name `recovery.acceptance_tasks.*`
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from recovery import acceptance, outbox, remote, worker
-
-_worker_ids: dict[str, str] = {}
-
-
-def process_worker_id(prefix: str = "q") -> str:
-    # One lease owner per django-q2 worker process (a respawned process gets a new one).
-    current = _worker_ids.get(prefix)
-    if current is None or f"-{os.getpid()}-" not in current:
-        current = _worker_ids[prefix] = worker.new_worker_id(prefix)
-    return current
+from recovery import acceptance, liveness, outbox, remote, worker
 
 
 def run_batch_task(batch_size: int | None = None, concurrency: int | None = None) -> dict[str, Any]:
@@ -31,7 +20,9 @@ def run_batch_task(batch_size: int | None = None, concurrency: int | None = None
     A wake-up that finds nothing due (a duplicate delivery, or another worker was faster)
     claims nothing and returns at once: the lease table, not the queue, decides who works.
     """
-    result = worker.run_batch(process_worker_id(), batch_size=batch_size, concurrency=concurrency)
+    result = worker.run_batch(
+        liveness.process_worker_id(), batch_size=batch_size, concurrency=concurrency
+    )
     return result.as_dict()
 
 
@@ -51,5 +42,5 @@ def deliver_event(event_id: str) -> str:
 
 def poll_remote_jobs() -> str:
     """Send unsent jobs, reap lost senders, poll due jobs, mirror media handoffs."""
-    did = remote.worker_step(process_worker_id("qr"))
+    did = remote.worker_step(liveness.process_worker_id("qr"))
     return f"remote: {'worked' if did else 'nothing due'}"

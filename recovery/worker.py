@@ -21,10 +21,8 @@ import concurrent.futures
 import json
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from django.db import connection
 
 from recovery import acceptance_steps, faults, leases, remote
 from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
+from recovery.liveness import new_worker_id
 from recovery.providers import get_provider
 from recovery.providers.base import Outcome, Provider, TaskInput
 
@@ -51,12 +50,6 @@ IDLE_CHECKS: tuple[Callable[[], bool], ...] = (
 )
 
 ProviderFactory = Callable[[str, dict[str, Any]], Provider]
-
-
-def new_worker_id(prefix: str = "w") -> str:
-    """Unique per process start: a restarted process never inherits an old lease's owner."""
-    host = socket.gethostname()[:40]
-    return f"{prefix}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 # --- one event loop per process ----------------------------------------------------------------

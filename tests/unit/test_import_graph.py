@@ -121,3 +121,12 @@ def test_the_dashboard_imports_the_engine_and_never_the_reverse():
         if target.split(".")[0] == "dashboard"
     )
     assert wrong == []
+
+
+def test_liveness_and_outage_sit_below_the_worker():
+    # Heartbeats and outage handling serve work, dispatch, deliver and qcluster alike: they
+    # import nothing of the worker loop, even inside a function.
+    edges = graph()
+    assert "recovery.liveness" in reach(edges, "recovery.worker")
+    for low in ("recovery.liveness", "recovery.outage"):
+        assert "recovery.worker" not in reach(edges, low), low

@@ -42,7 +42,7 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        worker_id = options["worker_id"] or worker.new_worker_id()
+        worker_id = options["worker_id"] or liveness.new_worker_id()
         watch = progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
         heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
         # A database restart ends the loop with a connection error: wait it out (one log line
