@@ -1,4 +1,5 @@
-"""Riding out a database outage in the long-running loops (work, dispatch, deliver, tasks).
+"""Riding out a database (or Redis broker) outage in the long-running loops (work, dispatch,
+deliver, qcluster).
 
 A PostgreSQL restart (`pg_ctl restart -m fast`: "terminating connection due to administrator
 command", then "connection refused" until it is back) used to end every loop with a traceback.
@@ -13,10 +14,14 @@ unreachable it:
   message is the one line the command exits with (status 1).
 Leases that expired meanwhile are taken over as usual by whichever worker claims next: the
 outage changes nothing in the fencing.
+
+When django-q2's broker is Redis (REDIS_URL), a Redis restart is met the same way: the step's
+connection error is waited out with the same backoff and limit, probing Redis instead.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -39,15 +44,27 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError
 try:
     import psycopg
 except ImportError:  # SQLite-only installs
-    pass
+    psycopg = None
 else:
     # The hot paths (the claim, COPY, named cursors) use psycopg's cursor directly, whose
     # errors Django does not wrap.
     DATABASE_ERRORS = (*DATABASE_ERRORS, psycopg.OperationalError, psycopg.InterfaceError)
 
+# What redis-py raises while Redis restarts or is gone (refused, reset, "loading the dataset",
+# timed out).
+BROKER_ERRORS: tuple[type[Exception], ...] = ()
+try:
+    import redis
+except ImportError:
+    pass
+else:
+    BROKER_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+OUTAGE_ERRORS = DATABASE_ERRORS + BROKER_ERRORS
+
 
 class DatabaseOutage(RuntimeError):
-    """The database stayed unreachable past the configured limit."""
+    """The database (or the Redis broker) stayed unreachable past the configured limit."""
 
 
 def close_connections() -> None:
@@ -95,7 +112,7 @@ class OutageGuard:
         self.cap = float(settings.SALVAGE_DB_RETRY_CAP if cap is None else cap)
         self.base = base
         self.clock = clock
-        self.probe = probe or probe_database
+        self.probe = probe
         self.down_since: float | None = None
         self.outages = 0  # how many times the database went away (for tests and logs)
 
@@ -108,19 +125,23 @@ class OutageGuard:
         again (or a stop is requested); the loop then simply goes on."""
         try:
             return fn()
-        except DATABASE_ERRORS as exc:
+        except OUTAGE_ERRORS as exc:
             self.wait_out(exc)
             return None
 
     def wait_out(self, exc: BaseException) -> None:
-        """Back off and probe until the database answers; DatabaseOutage past the limit."""
+        """Back off and probe until the database (or broker) answers; DatabaseOutage past the
+        limit."""
         close_connections()
+        what, probe = resource_of(exc)
+        probe = self.probe or probe
         self.down_since = self.clock()
         self.outages += 1
         failures = 0
         log.warning(
-            "%s: database unavailable (%s); retrying with backoff up to %g s, giving up after %g s",
+            "%s: %s unavailable (%s); retrying with backoff up to %g s, giving up after %g s",
             self.name,
+            what,
             _short(exc),
             self.cap,
             self.limit,
@@ -130,31 +151,114 @@ class OutageGuard:
             down_for = self.clock() - self.down_since
             if down_for >= self.limit:
                 raise DatabaseOutage(
-                    f"{self.name}: database unavailable for {down_for:.0f} s, over the "
+                    f"{self.name}: {what} unavailable for {down_for:.0f} s, over the "
                     f"{self.limit:g} s limit (SALVAGE_DB_OUTAGE_LIMIT); exiting: {_short(exc)}"
                 ) from None
-            delay = min(self.cap, self.base * 2 ** (failures - 1), self.limit - down_for)
-            # Full jitter: processes that lost the database together do not return in step.
-            if self.stop.wait(random.uniform(delay / 2, delay)):
+            delay = min(backoff(failures, self.cap, self.base), self.limit - down_for)
+            if self.stop.wait(delay):
                 return  # SIGTERM: the loop exits; nothing is half-done
             try:
-                self.probe()
-            except DATABASE_ERRORS as again:
+                probe()
+            except OUTAGE_ERRORS as again:
                 close_connections()
                 exc = again
                 continue
             log.warning(
-                "%s: database available again after %.0f s; resuming",
+                "%s: %s available again after %.0f s; resuming",
                 self.name,
+                what,
                 self.clock() - self.down_since,
             )
             self.down_since = None
             return
 
 
+def backoff(failures: int, cap: float, base: float = 1.0) -> float:
+    """The wait before retry number `failures` (1, 2, ...): capped exponential with half
+    jitter, so processes that lost the database together do not all return in step."""
+    delay = min(cap, base * 2 ** (max(failures, 1) - 1))
+    return random.uniform(delay / 2, delay)
+
+
 def probe_database() -> None:
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT 1")
+
+
+def probe_broker() -> None:
+    """PING the Redis broker (REDIS_URL); nothing to do for the ORM broker (it is the
+    database)."""
+    url = settings.Q_CLUSTER.get("redis")
+    if not url:
+        return
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+def resource_of(exc: BaseException) -> tuple[str, Callable[[], None]]:
+    """What went away, for the log line, and how to tell when it is back."""
+    if BROKER_ERRORS and isinstance(exc, BROKER_ERRORS):
+        return "Redis broker", probe_broker
+    return "database", probe_database
+
+
+def unreachable(exc: BaseException) -> bool:
+    """True when `exc` is an outage error and its database or broker does not answer a probe
+    now; False for a real error that only looks like one (SQLite's "no such table" is an
+    OperationalError too), which must then be raised and logged as ever."""
+    if not isinstance(exc, OUTAGE_ERRORS):
+        return False
+    _what, probe = resource_of(exc)
+    try:
+        probe()
+    except OUTAGE_ERRORS:
+        close_connections()
+        return True
+    return False
+
+
+class QuietOutageFilter(logging.Filter):
+    """Drops a django-q2 record caused by an outage that is still going on (the qcluster
+    command's guard has said so in one line); keeps every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else record.msg
+        return not (isinstance(exc, BaseException) and unreachable(exc))
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """True when PostgreSQL dropped or refused the connection (no SQLSTATE, class 08, or
+    57P01-57P03: shutting down, crash shutdown, cannot connect now), whether or not it is back
+    already; never for an error that a statement caused."""
+    if psycopg is None:
+        return False
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if not isinstance(cause, psycopg.Error):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
+
+
+def skip_during_outage(fn: Callable[..., T]) -> Callable[..., T | str]:
+    """For django-q2 task functions: a task that meets a database (or broker) outage returns
+    one short line instead of failing with a traceback (django-q2 logs a failure's whole
+    traceback, once per task). A queue item is only a wake-up: the work it would have done is
+    still due in the tables, and the dispatcher sends another."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OUTAGE_ERRORS as exc:
+            if not (lost_connection(exc) or unreachable(exc)):
+                raise
+            close_connections()
+            return f"skipped: {resource_of(exc)[0]} unavailable ({_short(exc)})"
+
+    return run
 
 
 def _short(exc: BaseException) -> str:

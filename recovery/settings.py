@@ -246,7 +246,11 @@ CACHES = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "recovery.logs.RedactSecretsFilter"}},
+    "filters": {
+        "redact": {"()": "recovery.logs.RedactSecretsFilter"},
+        # django-q2's per-poll outage tracebacks; our guard logs one line per state change.
+        "quiet_outage": {"()": "recovery.outage.QuietOutageFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "recovery.logs.JsonFormatter"},
@@ -261,6 +265,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("SALVAGE_LOG_LEVEL", "INFO")},
     "loggers": {
         "django_q": {"level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING")},
+        "django-q": {"filters": ["quiet_outage"]},  # django-q2's own logger name
         # httpx logs every request at INFO: thousands of lines per run, URLs included.
         "httpx": {"level": "WARNING"},
     },
@@ -274,7 +279,8 @@ SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
 SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)
 SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
 # Database outages (recovery.outage): the loops wait with backoff capped at SALVAGE_DB_RETRY_CAP
-# and exit (status 1, one line) once the database has been unreachable this many seconds.
+# and exit (status 1, one line) once the database has been unreachable this many seconds. The
+# same limit and cap hold for the Redis broker (REDIS_URL) in qcluster and dispatch.
 SALVAGE_DB_OUTAGE_LIMIT = env_float("SALVAGE_DB_OUTAGE_LIMIT", 600.0, minimum=1.0)
 SALVAGE_DB_RETRY_CAP = env_float("SALVAGE_DB_RETRY_CAP", 30.0, minimum=0.1)
 # Networks a target may resolve to although they are private (CIDRs, comma separated).
@@ -375,5 +381,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     # At-most-once broker: the dispatcher re-sends any wake-up that was never claimed.
     Q_CLUSTER["redis"] = REDIS_URL
+    Q_CLUSTER["broker_class"] = "recovery.qcluster_outage.RedisBroker"
 else:
     Q_CLUSTER["orm"] = "default"
+    Q_CLUSTER["broker_class"] = "recovery.qcluster_outage.OrmBroker"

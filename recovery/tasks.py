@@ -1,6 +1,7 @@
 """django-q2 entry points only: each takes plain values, calls one engine function, returns a
-short summary. django-q2 acknowledges a queue item after the function returns, so everything
-here returns only after our COMMIT (commit first, acknowledge second).
+short summary (or, during a database or broker outage, one "skipped" line: see
+recovery.outage.skip_during_outage). django-q2 acknowledges a queue item after the function
+returns, so everything here returns only after our COMMIT (commit first, acknowledge second).
 
 Queued items name these functions by path (`recovery.tasks.<name>`); items queued before the
 acceptance and remote entry points moved here name `recovery.acceptance_tasks.*` and
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from recovery import acceptance, liveness, outbox, remote, worker
+from recovery import acceptance, liveness, outage, outbox, remote, worker
 
 
+@outage.skip_during_outage
 def run_batch_task(batch_size: int | None = None, concurrency: int | None = None) -> dict[str, Any]:
     """A wake-up: claim up to batch_size due tasks, execute, commit, return a summary.
 
@@ -26,20 +28,24 @@ def run_batch_task(batch_size: int | None = None, concurrency: int | None = None
     return result.as_dict()
 
 
+@outage.skip_during_outage
 def advance_runs() -> str:
     """Complete finished recovery batches, make candidates, auto-accept."""
     return f"acceptance: {acceptance.advance_runs()} runs or batches moved"
 
 
+@outage.skip_during_outage
 def deliver_due(limit: int = 50) -> str:
     """Deliver due outbox events (a wake-up; the events table is the truth)."""
     return f"outbox: {outbox.deliver_due(limit)} attempted"
 
 
+@outage.skip_during_outage
 def deliver_event(event_id: str) -> str:
     return f"outbox {event_id}: {outbox.deliver_one(event_id) or 'not due'}"
 
 
+@outage.skip_during_outage
 def poll_remote_jobs() -> str:
     """Send unsent jobs, reap lost senders, poll due jobs, mirror media handoffs."""
     did = remote.worker_step(liveness.process_worker_id("qr"))

@@ -93,7 +93,9 @@ def test_deliver_rides_out_an_outage_and_resumes_by_itself(postgres_only, tmp_pa
     assert deliver.popen.returncode == 0  # stopped by SIGTERM, cleanly
 
 
-def test_deliver_work_and_dispatch_exit_1_with_one_line_past_the_limit(postgres_only, tmp_path):
+def test_deliver_work_dispatch_and_qcluster_exit_1_with_one_line_past_the_limit(
+    postgres_only, tmp_path
+):
     env = child_env(
         SALVAGE_DESTINATION=f"file://{tmp_path}/drop",
         SALVAGE_OUTBOX_WAKE="0",
@@ -104,17 +106,22 @@ def test_deliver_work_and_dispatch_exit_1_with_one_line_past_the_limit(postgres_
         deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)
         work = supervisor.start("work", manage_py("work"), env=env)
         dispatch = supervisor.start("dispatch", manage_py("dispatch", "--tick", "0.2"), env=env)
+        cluster = supervisor.start("qcluster", manage_py("qcluster"), env=env)
         first = accepted_event()
         wait_until(lambda: delivered(first), timeout=60, what="the first delivery")
+        wait_until(lambda: "running." in cluster.log_path.read_text(), timeout=60, what="cluster")
         with database_outage():
-            for proc in (deliver, work, dispatch):
-                wait_until(lambda p=proc: not p.alive(), timeout=30, what=f"{proc.name} giving up")
-    for proc in (deliver, work, dispatch):
+            for proc in (deliver, work, dispatch, cluster):
+                wait_until(lambda p=proc: not p.alive(), timeout=60, what=f"{proc.name} giving up")
+            # The cluster's own processes (sentinel, pusher, workers, monitor) are gone too.
+            wait_until(lambda: not cluster.group_alive(), timeout=30, what="the cluster's group")
+    for proc in (deliver, work, dispatch, cluster):
         assert proc.popen.returncode == 1
         log = proc.log_path.read_text()
         last = log.strip().splitlines()[-1]
         assert f"{proc.name}: database unavailable for" in last, log
         assert "over the 3 s limit (SALVAGE_DB_OUTAGE_LIMIT)" in last, log
+        assert log.count(f"{proc.name}: database unavailable (") == 1, log
         assert "Traceback" not in log, log
 
 

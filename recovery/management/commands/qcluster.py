@@ -1,21 +1,39 @@
-"""manage.py qcluster: django-q2's cluster, plus a heartbeat for the cluster process.
+"""manage.py qcluster: django-q2's cluster, plus a heartbeat and an outage guard.
 
 It replaces django-q2's own command of the same name (recovery comes before django_q in
 INSTALLED_APPS) and behaves the same, except that this process stays in the foreground until
 its sentinel exits, beating meanwhile, instead of waiting in interpreter shutdown. Each
 django-q2 worker process beats on its own (recovery.liveness.on_qcluster_worker_spawn).
+
+While it waits, it probes the database (and the Redis broker, when that is the broker) through
+an OutageGuard: one line when either goes away, one when it is back, and past
+SALVAGE_DB_OUTAGE_LIMIT the cluster is stopped and the command exits 1 with one line, like
+`work`, `dispatch` and `deliver`. The cluster's own processes meanwhile wait quietly
+(recovery.qcluster_outage).
 """
 
 from __future__ import annotations
 
 import os
-import time
+import signal
+import threading
 
 from django.conf import settings
+from django.core.management.base import CommandError
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQCommand
 
-from recovery import liveness
+from recovery import liveness, outage
+
+# How often the command looks at its sentinel and probes the database and broker.
+WATCH_SECONDS = 0.5
+# How long a stop past the outage limit waits for the cluster before killing what is left.
+STOP_GRACE_SECONDS = 20.0
+
+
+def probe() -> None:
+    outage.probe_database()
+    outage.probe_broker()
 
 
 class Command(DjangoQCommand):
@@ -28,10 +46,32 @@ class Command(DjangoQCommand):
         if options.get("run_once"):
             cluster.stop()
             return
+        stop = threading.Event()
+
+        def on_signal(signum, frame) -> None:
+            stop.set()  # ends a backoff wait at once
+            cluster.sig_handler(signum, frame)  # django-q2's: stops the sentinel and waits
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        guard = outage.OutageGuard("qcluster", stop=stop)
         heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER)
         try:
-            # SIGTERM/SIGINT run django-q2's handler here (it stops the sentinel and waits).
-            while cluster.sentinel.is_alive():
-                time.sleep(0.5)
+            while cluster.sentinel.is_alive() and not stop.is_set():
+                guard.step(probe)
+                stop.wait(WATCH_SECONDS)
+        except outage.DatabaseOutage as exc:
+            stop_cluster(cluster)
+            raise CommandError(str(exc), returncode=1) from None
         finally:
             heartbeat.stop()
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    """Stop the sentinel (it stops its pusher, workers and monitor); SIGKILL it if it has not
+    stopped within STOP_GRACE_SECONDS (a worker stuck on a dead connection)."""
+    cluster.stop_event.set()
+    cluster.sentinel.join(STOP_GRACE_SECONDS)
+    if cluster.sentinel.is_alive():
+        cluster.sentinel.kill()
+        cluster.sentinel.join(5)
