@@ -44,7 +44,10 @@ ADMIN_PERMS = [
     "view_audit",
     "view_auditentry",
     "upload_dataset",
-    "change_schedule",  # pause and resume (recovery.schedules.set_paused, audited)
+    # The Schedules page (dashboard.schedule_views): add, edit, pause/resume, remove; audited.
+    "add_schedule",
+    "change_schedule",
+    "delete_schedule",
 ]
 EXPORTER_PERMS = ["export_dataset"]
 

@@ -40,6 +40,13 @@ urlpatterns = [
     path("datasets/<slug:name>/", dataset_views.dataset_detail, name="dataset"),
     path("datasets/<slug:name>/runs", dataset_views.run_create, name="run_create"),
     path("schedules/", schedule_views.schedule_list, name="schedules"),
+    path("schedules/new", schedule_views.schedule_add, name="schedule_add"),
+    path("schedules/<int:schedule_id>/edit", schedule_views.schedule_edit, name="schedule_edit"),
+    path(
+        "schedules/<int:schedule_id>/remove",
+        schedule_views.schedule_remove,
+        name="schedule_remove",
+    ),
     path(
         "schedules/<int:schedule_id>/toggle",
         schedule_views.schedule_toggle,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 
 from recovery import exports, figures
-from recovery.models import Observation, RemoteJob, Run, RunPartition
+from recovery.models import Observation, RemoteJob, Run, RunPartition, Schedule
 from recovery.states.remote_job import RECONCILE
 from recovery.states.run import RunState
 
@@ -130,3 +130,22 @@ def dismiss(job: RemoteJob) -> Consequence:
         "Your reason is recorded in the audit log.",
     ]
     return result
+
+
+def remove_schedule(schedule: Schedule, next_window: str | None) -> Consequence:
+    when = f"its next window would be {next_window}" if next_window else "it has no next window"
+    if schedule.paused:
+        when = "it is paused"
+    last = (
+        f"the last one is run #{schedule.last_run_id}, window {schedule.last_window}"
+        if schedule.last_run_id
+        else "it has made none yet"
+    )
+    return Consequence(
+        effects=[
+            f"Schedule {schedule} is deleted: the dispatcher makes no more runs of dataset "
+            f"{schedule.dataset.name} from it ({when}).",
+            f"The runs it made stay, with their tasks and rows ({last}).",
+            "Its settings and your reason are recorded in the audit log (schedule_removed).",
+        ]
+    )

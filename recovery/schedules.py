@@ -91,12 +91,14 @@ def parse_time(value: str, field: str) -> clock_time:
 def parse_recurrence(
     *, daily: str | None = None, weekly: str | None = None, cron: str | None = None
 ) -> Recurrence:
-    given = [k for k, v in (("daily", daily), ("weekly", weekly), ("cron", cron)) if v]
+    # None is "not given": an empty --daily (or the form's empty time) is a bad time, not a
+    # missing recurrence.
+    given = [k for k, v in (("daily", daily), ("weekly", weekly), ("cron", cron)) if v is not None]
     if len(given) != 1:
         raise ScheduleError("recurrence", "give exactly one of --daily, --weekly or --cron")
-    if daily:
+    if daily is not None:
         return Recurrence(Schedule.Kind.DAILY, at_time=parse_time(daily, "daily"))
-    if weekly:
+    if weekly is not None:
         day, _, at = weekly.strip().partition(" ")
         if day.lower()[:3] not in WEEKDAYS or not at:
             raise ScheduleError("weekly", f"{weekly!r}: use '<weekday> HH:MM', e.g. 'mon 06:00'")
@@ -131,7 +133,9 @@ def check_window_format(fmt: str) -> str:
     return fmt
 
 
-def check_source(source: str) -> str:
+def check_source(source: str, within: Path | None = None) -> str:
+    """`within`: the directory a file must be in (the Schedules form's; the command line's
+    user can read the files anyway, a dashboard admin must not read any server file)."""
     source = source.strip()
     if source == PREVIOUS:
         return source
@@ -140,6 +144,8 @@ def check_source(source: str) -> str:
         return source
     if scheme and len(scheme) > 1:
         raise ScheduleError("manifest", f"{source!r}: a file path, an http(s) URL or 'previous'")
+    if within is not None and not Path(source).resolve().is_relative_to(within.resolve()):
+        raise ScheduleError("manifest", f"{source!r}: a file must be under {within}")
     if not Path(source).is_file():
         raise ScheduleError("manifest", f"{source!r}: no such file")
     return str(Path(source).resolve())
@@ -155,6 +161,75 @@ def check_catch_up(value: str) -> tuple[str, int]:
     raise ScheduleError("catch_up", f"{value!r}: use 'latest' or 'each:N' with N from 1 to 366")
 
 
+class ScheduleErrors(ScheduleError):
+    """Several bad settings at once: `errors` has one ScheduleError per field at fault."""
+
+    def __init__(self, errors: list[ScheduleError]) -> None:
+        ValueError.__init__(self, "; ".join(str(e) for e in errors))
+        self.field = errors[0].field
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A schedule's settings, each checked: what `add` and `change` write."""
+
+    recurrence: Recurrence
+    tz: str
+    window_format: str
+    source: str
+    catch_up: str
+    catch_up_max: int
+
+    def fields(self) -> dict[str, object]:
+        return {
+            "kind": self.recurrence.kind,
+            "at_time": self.recurrence.at_time,
+            "weekday": self.recurrence.weekday,
+            "cron": self.recurrence.cron,
+            "time_zone": self.tz,
+            "window_format": self.window_format,
+            "manifest_source": self.source,
+            "catch_up": self.catch_up,
+            "catch_up_max": self.catch_up_max,
+        }
+
+
+def check_settings(
+    *,
+    recurrence: Recurrence | None = None,
+    daily: str | None = None,
+    weekly: str | None = None,
+    cron: str | None = None,
+    tz: str,
+    window_format: str,
+    source: str,
+    catch_up: str,
+    within: Path | None = None,
+) -> Settings:
+    """Every setting checked, for the command and the Schedules form alike (one set of rules);
+    raises ScheduleErrors naming every field at fault. The recurrence comes parsed or as the
+    command's --daily/--weekly/--cron values."""
+    errors: list[ScheduleError] = []
+
+    def checked(check, *args):
+        try:
+            return check(*args)
+        except ScheduleError as exc:
+            errors.append(exc)
+            return None
+
+    if recurrence is None:
+        recurrence = checked(lambda: parse_recurrence(daily=daily, weekly=weekly, cron=cron))
+    checked(check_zone, tz)
+    checked(check_window_format, window_format)
+    source = checked(check_source, source, within)
+    policy = checked(check_catch_up, catch_up)
+    if errors:
+        raise ScheduleErrors(errors)
+    return Settings(recurrence, tz, window_format, source, policy[0], policy[1])
+
+
 # --- the commands' engine calls -----------------------------------------------------------
 
 
@@ -168,34 +243,69 @@ def add(
     source: str,
     catch_up: str,
     actor: str,
+    paused: bool = False,
 ) -> Schedule:
+    check_name(name)
+    settings = check_settings(
+        recurrence=recurrence,
+        tz=tz,
+        window_format=window_format,
+        source=source,
+        catch_up=catch_up,
+    )
+    return create(dataset_name, name, settings, paused=paused, actor=actor)
+
+
+def check_name(name: str) -> str:
     if not _NAME.match(name):
         raise ScheduleError("name", f"{name!r}: use 1 to 100 of A-Z a-z 0-9 _ -")
+    return name
+
+
+def create(
+    dataset_name: str, name: str, settings: Settings, *, paused: bool = False, actor: str
+) -> Schedule:
+    """A new schedule from checked settings (`add` for the command, the Schedules form)."""
+    check_name(name)
     dataset = Dataset.objects.filter(name=dataset_name).first()
     if dataset is None:
         raise ScheduleError("dataset", f"unknown dataset {dataset_name!r}")
-    check_zone(tz)
-    check_window_format(window_format)
-    source = check_source(source)
-    policy, most = check_catch_up(catch_up)
     with transaction.atomic():
         if Schedule.objects.filter(dataset=dataset, name=name).exists():
             raise ScheduleError("name", f"{dataset_name} already has a schedule {name!r}")
         schedule = Schedule.objects.create(
-            dataset=dataset,
-            name=name,
-            kind=recurrence.kind,
-            at_time=recurrence.at_time,
-            weekday=recurrence.weekday,
-            cron=recurrence.cron,
-            time_zone=tz,
-            window_format=window_format,
-            manifest_source=source,
-            catch_up=policy,
-            catch_up_max=most,
+            dataset=dataset, name=name, paused=paused, **settings.fields()
         )
         audit.record(actor, "schedule_added", schedule, **describe(schedule))
     return schedule
+
+
+def change(
+    dataset_name: str, name: str, settings: Settings, *, paused: bool, actor: str
+) -> dict[str, list[str]]:
+    """New settings for a schedule; returns what changed ({setting: [before, after]}, empty
+    when nothing did), which the audit entry records. The schedule keeps its place: its last
+    window is not made again, and instants of the new recurrence between its last due instant
+    and now follow the catch-up policy. A pending retry is dropped, so the next dispatcher
+    check tries the new settings at once (an edit is how a broken manifest source is fixed)."""
+    with transaction.atomic():
+        schedule = find(dataset_name, name)
+        before = {**describe(schedule), "state": _state(schedule.paused)}
+        values = settings.fields()
+        for key, value in values.items():
+            setattr(schedule, key, value)
+        after = {**describe(schedule), "state": _state(paused)}
+        changed = {key: [before[key], after[key]] for key in after if before[key] != after[key]}
+        if changed:
+            Schedule.objects.filter(pk=schedule.pk).update(
+                **values, paused=paused, retry_at=None, updated_at=timezone.now()
+            )
+            audit.record(actor, "schedule_changed", schedule, changed=changed)
+    return changed
+
+
+def _state(paused: bool) -> str:
+    return "paused" if paused else "active"
 
 
 def find(dataset_name: str, name: str) -> Schedule:

@@ -321,6 +321,11 @@ SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
 SALVAGE_DISPATCH_TICK = env_float("SALVAGE_DISPATCH_TICK", 0.5, minimum=0.05)
 # How often the dispatcher looks for schedules whose window is due (recovery.schedules).
 SALVAGE_SCHEDULE_CHECK_SECONDS = env_float("SALVAGE_SCHEDULE_CHECK_SECONDS", 10.0, minimum=0.05)
+# The directory a schedule's manifest file must be in when an admin names it in the browser
+# (the command line may name any file: its user can read them anyway).
+SALVAGE_SCHEDULE_MANIFEST_DIR = Path(
+    env_str("SALVAGE_SCHEDULE_MANIFEST_DIR", str(DATA_DIR / "manifests"))
+).resolve()
 SALVAGE_DISPATCH_MAX_WAITING = env_int("SALVAGE_DISPATCH_MAX_WAITING", 8, minimum=1)
 SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5)
 # Worker liveness (recovery.liveness): every process beats every HEARTBEAT seconds, busy or

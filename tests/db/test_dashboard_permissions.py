@@ -84,12 +84,17 @@ PAGES: dict[str, Page] = {
     "dashboard:demo": Page(allowed={"operator", "admin", "exporter"}),
     "dashboard:glossary": Page(),
     "dashboard:schedules": Page(),
+    "dashboard:schedule_add": Page(allowed={"admin"}),
+    "dashboard:schedule_edit": Page(lambda w: {"schedule_id": _schedule(w).pk}, allowed={"admin"}),
     # Confirmation pages: a GET (or an unconfirmed POST) shows the consequences, changes nothing.
     "dashboard:run_accept": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
     "dashboard:run_reject": Page(lambda w: {"run_id": w.candidate.pk}, allowed={"admin"}),
     "dashboard:run_publish": Page(lambda w: {"run_id": w.accepted.pk}, allowed={"admin"}),
     "dashboard:reconcile_replace": Page(lambda w: {"job_id": w.job.pk}),
     "dashboard:reconcile_dismiss": Page(lambda w: {"job_id": w.job.pk}),
+    "dashboard:schedule_remove": Page(
+        lambda w: {"schedule_id": _schedule(w).pk}, allowed={"admin"}
+    ),
 }
 
 
@@ -112,7 +117,47 @@ def _schedule(w: World) -> Schedule:
     return schedule
 
 
+SCHEDULE_FORM = {
+    "repeat": "weekly",
+    "at": "05:30",
+    "weekday": "tue",
+    "tz": "Europe/London",
+    "window_format": "%G-W%V",
+    "manifest": "previous",
+    "catch_up": "each",
+    "catch_up_max": "3",
+}
+
 POSTS: dict[str, Post] = {
+    "dashboard:schedule_add": Post(
+        lambda w: {},
+        {**SCHEDULE_FORM, "dataset": "shop", "name": "weekly"},
+        {"admin"},
+        lambda w: (
+            Schedule.objects.filter(name="weekly", weekday=2, catch_up_max=3).exists()
+            and AuditEntry.objects.filter(action="schedule_added").exists()
+        ),
+    ),
+    "dashboard:schedule_edit": Post(
+        lambda w: {"schedule_id": _schedule(w).pk},
+        SCHEDULE_FORM,
+        {"admin"},
+        lambda w: (
+            Schedule.objects.filter(
+                name="nightly", kind="weekly", time_zone="Europe/London"
+            ).exists()
+            and AuditEntry.objects.filter(action="schedule_changed").exists()
+        ),
+    ),
+    "dashboard:schedule_remove": Post(
+        lambda w: {"schedule_id": _schedule(w).pk},
+        {"reason": "site closed", "confirmed": "1"},
+        {"admin"},
+        lambda w: (
+            not Schedule.objects.filter(name="nightly").exists()
+            and AuditEntry.objects.filter(action="schedule_removed", reason="site closed").exists()
+        ),
+    ),
     "dashboard:schedule_toggle": Post(
         lambda w: {"schedule_id": _schedule(w).pk},
         {"reason": "site migration"},
@@ -230,6 +275,7 @@ def snapshot() -> dict:
         ),
         "tasks": list(Task.objects.order_by("pk").values_list("pk", "state")),
         "datasets": list(Dataset.objects.order_by("pk").values_list("pk", "spec_sha256")),
+        "schedules": list(Schedule.objects.order_by("pk").values()),
     }
 
 
@@ -239,6 +285,7 @@ def world(db, settings, tmp_path):
     w = make_world()
     settings.DATA_DIR = tmp_path
     make_demo_candidate(tmp_path)  # the demo's story, waiting for the admin's repair
+    _schedule(w)  # before any snapshot: the schedule views' object
     w.users = users
     return w
 

@@ -361,7 +361,7 @@ def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
     with time_machine.travel(datetime(2026, 5, 1, 8, tzinfo=UTC), tick=False):
         page = operator.get(reverse("dashboard:dataset", kwargs={"name": dataset.name}))
     text = page.content.decode()
-    assert "<strong>nightly</strong>: daily 06:00 UTC, next window 2026-05-02" in text
+    assert ">nightly</a></strong>: daily 06:00 UTC, next window 2026-05-02" in text
     assert f'last window <a href="/runs/{run.pk}/">2026-05-01</a>' in text
     schedule = Schedule.objects.get(dataset=dataset)
     url = reverse("dashboard:schedule_toggle", kwargs={"schedule_id": schedule.pk})

@@ -72,19 +72,17 @@ class Command(BaseCommand):
         self.stdout.write(line)
 
     def add(self, options) -> str:
-        recurrence = schedules.parse_recurrence(
-            daily=options["daily"], weekly=options["weekly"], cron=options["cron"]
-        )
-        schedule = schedules.add(
-            options["dataset"],
-            options["name"],
-            recurrence=recurrence,
+        # The Schedules form checks with the same function (dashboard.schedule_forms).
+        settings = schedules.check_settings(
+            daily=options["daily"],
+            weekly=options["weekly"],
+            cron=options["cron"],
             tz=options["tz"],
             window_format=options["window_format"],
             source=options["manifest"],
             catch_up=options["catch_up"],
-            actor=ACTOR,
         )
+        schedule = schedules.create(options["dataset"], options["name"], settings, actor=ACTOR)
         upcoming = schedules.next_due(schedule, timezone.now())
         first = schedules.window_for(schedule, upcoming) if upcoming else "none"
         return f"schedule {schedule} added: next window {first}"
