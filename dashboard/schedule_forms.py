@@ -78,7 +78,7 @@ class ScheduleForm(forms.Form):
     catch_up_max = forms.CharField(
         required=False,
         max_length=10,
-        label="N",
+        label="N (each: the most missed windows made at once, 1 to 366)",
         widget=forms.NumberInput(attrs={"min": 1, "max": 366}),
     )
     paused = forms.BooleanField(required=False, label="Paused (makes no run until resumed)")

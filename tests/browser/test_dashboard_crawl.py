@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from recovery import leases, manifests
+from recovery import leases, manifests, schedules
 from recovery.models import Run, Task
 from recovery.providers.base import ErrorClass, Observed, Outcome
 from tests.browser.test_dashboard_browser import log_in
@@ -88,6 +88,17 @@ def world(transactional_db, tmp_path):
     w = make_world()
     w.users = users
     w.big = make_big_run(tmp_path)
+    # A schedule, so the crawl reaches the Schedules page's edit and remove pages too.
+    schedules.add(
+        "shop",
+        "nightly",
+        recurrence=schedules.parse_recurrence(daily="06:00"),
+        tz="Europe/London",
+        window_format="%Y-%m-%d",
+        source="previous",
+        catch_up="latest",
+        actor="test",
+    )
     return w
 
 
