@@ -31,7 +31,13 @@ def database_url() -> str:
 
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    for name in ("SALVAGE_FAULT_POINT", "SALVAGE_FAULT_ONCE", "SALVAGE_FAULT_SKIP"):
+    for name in (
+        "SALVAGE_FAULT_POINT",
+        "SALVAGE_FAULT_ONCE",
+        "SALVAGE_FAULT_SKIP",
+        "SALVAGE_FAULT_URL",
+        "SALVAGE_FAULT_TIMES",
+    ):
         env.pop(name, None)
     env.update(
         {
