@@ -296,7 +296,7 @@ def run_batch(
     outcomes = execute(
         worker_id, claimed, concurrency=concurrency, provider_factory=provider_factory
     )
-    faults.point("after_fetch")
+    faults.point("after_fetch", [c.url for c in claimed])  # (URLs: a poison page's fault)
     summary = leases.commit_outcomes(worker_id, claimed, outcomes)
     # django-q2 acknowledges the wake-up only after the task function returns, so a kill here
     # is "after commit, before acknowledgement": redelivery must find nothing to redo.
