@@ -51,6 +51,9 @@ ROW_LOCAL = "Refused or unusable response (not in the seed table: needs a human)
 # Not fetched at all: the site's robots.txt refuses the URL (recovery.robots). Terminal until a
 # human changes the manifest or opts the dataset out with a reason.
 ROW_ROBOTS = "Disallowed by the site's robots.txt (not in the seed table: never fetched)"
+# A page whose workers keep dying on it (recovery.leases: the crash budget): running it again
+# would only kill more workers.
+ROW_CRASH_LOOP = "Worker killed on the page every time (not in the seed table: a poison page)"
 
 SEED_ROWS = (
     ROW_NETWORK,
@@ -86,6 +89,7 @@ RETRY_TABLE: dict[ErrorClass, Rule] = {
     ErrorClass.CLIENT_ERROR: Rule(Action.QUARANTINE, ROW_LOCAL),
     ErrorClass.INTERNAL: Rule(Action.QUARANTINE, ROW_LOCAL),
     ErrorClass.ROBOTS_DISALLOWED: Rule(Action.QUARANTINE, ROW_ROBOTS),
+    ErrorClass.WORKER_CRASH_LOOP: Rule(Action.QUARANTINE, ROW_CRASH_LOOP),
 }
 
 # Actions after which the task waits and is claimed again (the budgets apply to these).
@@ -205,6 +209,14 @@ def sanitise_artefact(
     for key, suffix in (("screenshot", "png"), ("rendered_html", "html")):
         if artefacts.valid_name(artefact.get(key), suffix):
             clean[key] = artefact[key]
+    crashes = artefact.get("worker_crashes")
+    if isinstance(crashes, list):
+        # A crash loop's evidence (recovery.leases): which workers died holding it, and when.
+        clean["worker_crashes"] = [
+            {str(k): str(v)[:200] for k, v in item.items()}
+            for item in crashes[:50]
+            if isinstance(item, dict)
+        ]
     refused = artefact.get("refused")
     if isinstance(refused, list):
         clean["refused"] = [str(item)[:600] for item in refused[:20]]

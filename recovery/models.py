@@ -148,6 +148,9 @@ class Task(models.Model):
     navigation = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.PENDING)
     attempt_count = models.PositiveIntegerField(default=0)
+    # Attempts lost with their worker (an expired lease taken over): counted apart from the
+    # retry budget (attempt_count includes them), against SALVAGE_CRASH_BUDGET.
+    crash_count = models.PositiveIntegerField(default=0, db_default=0)
     # When the task may next be claimed. A claim sets it to lease_until, so "leased with an
     # expired lease" and "pending and due" are the same index predicate (no reaper needed).
     next_attempt_at = models.DateTimeField(default=timezone.now)

@@ -278,6 +278,9 @@ SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
 SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
 SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)
 SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
+# Attempts of one task lost with their worker (SIGKILL, OOM, a lease expired under a stall)
+# do not use its retry budget; this many quarantine it as worker_crash_loop (a poison page).
+SALVAGE_CRASH_BUDGET = env_int("SALVAGE_CRASH_BUDGET", 10, minimum=1)
 # Database outages (recovery.outage): the loops wait with backoff capped at SALVAGE_DB_RETRY_CAP
 # and exit (status 1, one line) once the database has been unreachable this many seconds. The
 # same limit and cap hold for the Redis broker (REDIS_URL) in qcluster and dispatch.

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from recovery.leases import postgres, sqlite
+from recovery.leases import crashes, postgres, sqlite
 from recovery.leases.plan import (
     WORKER,
     Claimed,
@@ -60,14 +60,35 @@ def claim(worker_id: str, limit: int | None = None) -> list[Claimed]:
     """Lease up to `limit` due tasks (priority, then due time) to `worker_id`.
 
     Sets owner, lease_until (= next_attempt_at), lease_token + 1, attempt_count + 1 and
-    first_attempt_at when unset. Lease length: the dataset's lease_seconds or
+    first_attempt_at when unset; an expired lease taken over also adds 1 to crash_count, and
+    is taken alone (recovery.leases.crashes). A page at the crash budget is quarantined here
+    and not returned. Lease length: the dataset's lease_seconds or
     SALVAGE_LEASE_SECONDS.
     """
     limit = limit or settings.SALVAGE_CLAIM_BATCH
     lease = int(settings.SALVAGE_LEASE_SECONDS)
     if is_pg():
-        return postgres.claim(worker_id, limit, lease)
-    return sqlite.retry_locked(sqlite.claim, worker_id, limit, lease)
+        claimed = postgres.claim(worker_id, limit, lease)
+    else:
+        claimed = sqlite.retry_locked(sqlite.claim, worker_id, limit, lease)
+    return _quarantine_crash_loops(worker_id, claimed)
+
+
+def _quarantine_crash_loops(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
+    """A page whose workers died on it SALVAGE_CRASH_BUDGET times is quarantined as
+    worker_crash_loop by this claim (the ordinary fenced commit), never handed out again."""
+    budget = int(settings.SALVAGE_CRASH_BUDGET)
+    loops = crashes.over_budget(claimed, budget)
+    if not loops:
+        return claimed
+    outcomes = [crashes.crash_loop_outcome(c, budget) for c in loops]
+    decided = datetime.now(UTC)
+    for c in loops:
+        # The verdict comes after the takeover's lost_lease attempt: the last attempt of the
+        # task (what the quarantine page samples) is the one with the evidence.
+        c.started_at = decided
+    commit_outcomes(worker_id, loops, outcomes)
+    return [c for c in claimed if c.crash_count < budget]
 
 
 def heartbeat(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:

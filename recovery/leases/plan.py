@@ -71,8 +71,16 @@ class Claimed:
     lease_seconds: int
     max_attempts: int
     max_elapsed_seconds: int
+    # Attempts lost with their worker (this claim's takeover included): attempt_count counts
+    # them too, the retry budget does not (retry_attempts).
+    crash_count: int = 0
     # The worker's clock when the claim returned: the Attempt's started_at.
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def retry_attempts(self) -> int:
+        """The attempts the retry budget counts: every claim but those lost with a worker."""
+        return max(self.attempt_count - self.crash_count, 0)
 
     def task_input(self, spec: dict[str, Any] | None = None) -> TaskInput:
         return TaskInput(
@@ -106,6 +114,7 @@ def claimed_from_row(row, default_lease: int) -> Claimed:
         lease_token,
         first_attempt_at,
         batch_id,
+        crash_count,
         previous_state,
         previous_owner,
         dataset_id,
@@ -140,6 +149,7 @@ def claimed_from_row(row, default_lease: int) -> Claimed:
         lease_seconds=int(lease_seconds or default_lease),
         max_attempts=max_attempts,
         max_elapsed_seconds=max_elapsed,
+        crash_count=crash_count,
     )
 
 
@@ -237,15 +247,20 @@ def plan_outcome(
             delay = min(float(outcome.retry_after), float(settings.SALVAGE_RETRY_AFTER_CAP))
         else:
             delay = failures.backoff(
-                claimed.attempt_count,
+                claimed.retry_attempts,
                 settings.SALVAGE_BACKOFF_BASE,
                 settings.SALVAGE_BACKOFF_CAP,
                 rng,
             )
         first = claimed.first_attempt_at or now
         elapsed_at_retry = (now - first).total_seconds() + delay
-        if claimed.attempt_count >= claimed.max_attempts:
-            reason = f"budget exhausted: {claimed.attempt_count} of {claimed.max_attempts} attempts"
+        # A crash (a lost lease taken over) is no failure of the page: it has its own budget
+        # (the claim quarantines a crash loop), so a killed worker cannot make a page dead.
+        counted = claimed.retry_attempts
+        if counted >= claimed.max_attempts:
+            reason = f"budget exhausted: {counted} of {claimed.max_attempts} attempts"
+            if claimed.crash_count:
+                reason += f" (and {claimed.crash_count} lost with a worker, not counted)"
         elif elapsed_at_retry > claimed.max_elapsed_seconds:
             reason = (
                 f"budget exhausted: next try at {elapsed_at_retry:.0f}s after the first attempt "

@@ -64,9 +64,26 @@ def _pg_cursor():
     return psycopg.Cursor(connection.connection)
 
 
-# Parameters: worker, lease, lease, limit, lease (tests/db/test_claim_plan.py EXPLAINs it).
+# Parameters: limit, worker, lease, lease, lease (tests/db/test_claim_plan.py EXPLAINs it).
 CLAIM_SQL = f"""
-WITH u AS (
+WITH due AS MATERIALIZED (
+    -- task_claim_idx: partial index on the claimable states, ordered like this ORDER BY.
+    -- SKIP LOCKED: concurrent claimers take disjoint rows instead of queueing on each other.
+    SELECT id, state, lease_owner, priority, next_attempt_at,
+        (state = {LEASED_SQL} OR crash_count > 0) AS suspect
+    FROM recovery_task
+    WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= statement_timestamp()
+    ORDER BY priority DESC, next_attempt_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), c AS (
+    -- A page that may have killed a worker is claimed alone (statements.is_suspect); the
+    -- rows locked but not taken are free again when this statement ends.
+    SELECT id, state, lease_owner FROM due WHERE NOT EXISTS (SELECT 1 FROM due WHERE suspect)
+    UNION ALL
+    (SELECT id, state, lease_owner FROM due WHERE suspect
+     ORDER BY priority DESC, next_attempt_at LIMIT 1)
+), u AS (
     UPDATE recovery_task AS t SET
         state = {LEASED_SQL},
         lease_owner = %s,
@@ -75,17 +92,10 @@ WITH u AS (
             statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
         lease_token = t.lease_token + 1,
         attempt_count = t.attempt_count + 1,
+        crash_count = t.crash_count + CASE WHEN c.state = {LEASED_SQL} THEN 1 ELSE 0 END,
         first_attempt_at = COALESCE(t.first_attempt_at, statement_timestamp()),
         state_changed_at = statement_timestamp()
-    FROM (
-        -- task_claim_idx: partial index on the claimable states, ordered like this ORDER BY.
-        -- SKIP LOCKED: concurrent claimers take disjoint rows instead of queueing on each other.
-        SELECT id, state, lease_owner FROM recovery_task
-        WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= statement_timestamp()
-        ORDER BY priority DESC, next_attempt_at
-        LIMIT %s
-        FOR UPDATE SKIP LOCKED
-    ) AS c, recovery_run AS r, recovery_dataset AS d
+    FROM c, recovery_run AS r, recovery_dataset AS d
     WHERE t.id = c.id AND r.id = t.run_id AND d.id = r.dataset_id
     RETURNING {TASK_COLS}, t.lease_owner, c.state AS previous_state,
         c.lease_owner AS previous_owner, d.id AS dataset_id, d.name, d.provider, r."window",
@@ -114,7 +124,7 @@ WITH u AS (
     RETURNING 1
 )
 SELECT id, task_key, run_id, url, page_type, partition, depth, navigation, attempt_count,
-    lease_token, first_attempt_at, recovery_batch_id, previous_state, previous_owner,
+    lease_token, first_attempt_at, recovery_batch_id, crash_count, previous_state, previous_owner,
     dataset_id, name, provider, "window", scraper_version, lease_seconds, max_attempts,
     max_elapsed_seconds
 FROM u
@@ -123,7 +133,7 @@ FROM u
 
 def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
     with _pg_cursor() as cursor:
-        cursor.execute(CLAIM_SQL, [worker_id, lease, lease, limit, lease], prepare=True)
+        cursor.execute(CLAIM_SQL, [limit, worker_id, lease, lease, lease], prepare=True)
         return [claimed_from_row(row, lease) for row in cursor.fetchall()]
 
 

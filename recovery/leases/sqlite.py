@@ -35,6 +35,7 @@ from recovery.leases.statements import (
     SQLITE_NOW,
     TASK_COLS,
     dt_param,
+    is_suspect,
     plus_seconds_sql,
     upsert_observations,
     upsert_worker_sql,
@@ -76,14 +77,17 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
     # needed, and the old state read here is the state the UPDATE replaces.
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, state, lease_owner FROM recovery_task "
+            f"SELECT id, state, lease_owner, crash_count FROM recovery_task "
             f"WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= {_SQLITE_DUE} "
             f"ORDER BY priority DESC, next_attempt_at LIMIT %s",
             [limit],
         )
-        previous = {row[0]: row[1:] for row in cursor.fetchall()}
-        if not previous:
+        due = cursor.fetchall()
+        if not due:
             return []
+        suspects = [row for row in due if is_suspect(row[1], row[3])]
+        # A page that may have killed a worker is claimed alone (statements.is_suspect).
+        previous = {row[0]: row[1:3] for row in (suspects[:1] or due)}
         ids = list(previous)
         marks = ", ".join(["%s"] * len(ids))
         lease_expr = (
@@ -95,6 +99,7 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
             f"UPDATE recovery_task SET state = {LEASED_SQL}, lease_owner = %s, "
             f"lease_until = {until}, next_attempt_at = {until}, "
             f"lease_token = lease_token + 1, attempt_count = attempt_count + 1, "
+            f"crash_count = crash_count + (state = {LEASED_SQL}), "
             f"first_attempt_at = COALESCE(first_attempt_at, {SQLITE_NOW}), "
             f"state_changed_at = {SQLITE_NOW} "
             f"WHERE id IN ({marks}) "

@@ -36,8 +36,17 @@ CHUNK = 500  # rows per multi-row INSERT (far below both databases' parameter li
 
 TASK_COLS = (
     "t.id, t.task_key, t.run_id, t.url, t.page_type, t.partition, t.depth, t.navigation, "
-    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id"
+    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id, t.crash_count"
 )
+
+
+def is_suspect(state: str, crash_count: int) -> bool:
+    """A due task that may kill its worker: its lease expired without a commit (state still
+    leased), or that already happened once. The claim hands such a task out alone, so when
+    its worker dies again the crash is its own and not its batch neighbours' (a batch of 50
+    killed by one poison page would otherwise spend 49 innocent pages' crash budgets too).
+    The PostgreSQL claim spells the same test in SQL (postgres.CLAIM_SQL)."""
+    return state == TaskState.LEASED or crash_count > 0
 
 
 def is_pg() -> bool:

@@ -35,6 +35,8 @@ class ErrorClass(enum.StrEnum):
     CLIENT_ERROR = "client_error"  # other 4xx
     INTERNAL = "internal_error"  # a bug in a provider: quarantined for a human
     ROBOTS_DISALLOWED = "robots_disallowed"  # the site's robots.txt refuses it: never fetched
+    # The page's workers died on it SALVAGE_CRASH_BUDGET times (a poison page): not run again.
+    WORKER_CRASH_LOOP = "worker_crash_loop"
 
 
 @dataclass(slots=True)

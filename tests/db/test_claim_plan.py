@@ -75,8 +75,8 @@ def assert_index_claim(nodes: list[dict]) -> None:
 def test_the_claim_queries_use_task_claim_idx_and_never_scan_the_table(twenty_thousand_tasks):
     assert_index_claim(plan_nodes(SEED_CLAIM))
 
-    # recovery.leases' real statement: owner, default lease (x2), batch size, default lease.
-    assert_index_claim(plan_nodes(leases_postgres.CLAIM_SQL, ["w1", 300, 300, 50, 300]))
+    # recovery.leases' real statement: batch size, owner, default lease (x3).
+    assert_index_claim(plan_nodes(leases_postgres.CLAIM_SQL, [50, "w1", 300, 300, 300]))
 
     # Without a usable index predicate the planner must scan: proves the check can fail.
     unindexed = SEED_CLAIM.replace(

@@ -370,6 +370,7 @@ EXPECTED_STATE = {
     ErrorClass.CLIENT_ERROR: "quarantined",
     ErrorClass.INTERNAL: "quarantined",
     ErrorClass.ROBOTS_DISALLOWED: "quarantined",  # never fetched: an operator decides
+    ErrorClass.WORKER_CRASH_LOOP: "quarantined",  # a poison page: an operator decides
     ErrorClass.NOT_FOUND: "gone",
     ErrorClass.BUDGET_EXHAUSTED: "dead",
 }

@@ -41,6 +41,7 @@ LOCAL_CLASSES = [
     ErrorClass.CLIENT_ERROR,
     ErrorClass.INTERNAL,
     ErrorClass.ROBOTS_DISALLOWED,
+    ErrorClass.WORKER_CRASH_LOOP,
 ]
 
 
@@ -64,6 +65,7 @@ def test_the_table_covers_every_class_and_every_seed_row_exactly():
     assert {rule.seed_row for rule in failures.RETRY_TABLE.values()} == set(failures.SEED_ROWS) | {
         failures.ROW_LOCAL,
         failures.ROW_ROBOTS,
+        failures.ROW_CRASH_LOOP,
     }
 
 
