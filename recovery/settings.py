@@ -264,8 +264,12 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env_str("SALVAGE_LOG_LEVEL", "INFO")},
     "loggers": {
-        "django_q": {"level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING")},
-        "django-q": {"filters": ["quiet_outage"]},  # django-q2's own logger name
+        # django-q2 logs as "django-q" (not its package name): a line per task and wake-up
+        # at INFO; its per-poll outage tracebacks are dropped (our guard logs one line).
+        "django-q": {
+            "level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING"),
+            "filters": ["quiet_outage"],
+        },
         # httpx logs every request at INFO: thousands of lines per run, URLs included.
         "httpx": {"level": "WARNING"},
     },

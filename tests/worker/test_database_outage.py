@@ -101,6 +101,7 @@ def test_deliver_work_dispatch_and_qcluster_exit_1_with_one_line_past_the_limit(
         SALVAGE_OUTBOX_WAKE="0",
         SALVAGE_DB_OUTAGE_LIMIT="3",
         SALVAGE_DB_RETRY_CAP="0.5",
+        SALVAGE_Q_LOG_LEVEL="INFO",  # the cluster's "running." line
     )
     with Supervisor(grace=20, log_dir=tmp_path / "logs") as supervisor:
         deliver = supervisor.start("deliver", manage_py("deliver", "--interval", "0.2"), env=env)

@@ -32,6 +32,7 @@ def redis_env(url: str, **extra: str) -> dict[str, str]:
         SALVAGE_Q_RETRY="60",
         SALVAGE_DB_RETRY_CAP="1",
         SALVAGE_HEARTBEAT_SECONDS="1",
+        SALVAGE_Q_LOG_LEVEL="INFO",  # the cluster's "running." line
         **extra,
     )
 
