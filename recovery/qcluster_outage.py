@@ -68,4 +68,11 @@ class OrmBroker(_RidesOutOutages, orm.ORM):
 
 
 class RedisBroker(_RidesOutOutages, redis_broker.Redis):
-    pass
+    def ping(self) -> bool:
+        # The sentinel pings once as it starts; django-q2's own ping logs and raises, so a
+        # cluster (re)started while Redis is down died with a traceback. It starts instead, and
+        # waits for Redis like a running one.
+        try:
+            return bool(self.connection.ping())
+        except outage.BROKER_ERRORS:
+            return False

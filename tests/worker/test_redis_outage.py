@@ -15,7 +15,7 @@ from recovery.models import Task
 from recovery.processes import Supervisor, manage_py, wait_until
 from tests.factories import make_run, make_tasks
 from tests.worker.engine_procs import all_terminal, assert_each_task_done_once, child_env
-from tests.worker.outage_servers import private_redis
+from tests.worker.outage_servers import PrivateRedis, private_redis
 
 pytestmark = [
     pytest.mark.worker,
@@ -102,4 +102,36 @@ def test_qcluster_and_dispatch_exit_1_with_one_line_past_the_limit_of_a_redis_ou
         assert f"{proc.name}: Redis broker unavailable for" in last, log[-3000:]
         assert "over the 3 s limit (SALVAGE_DB_OUTAGE_LIMIT)" in last, log[-3000:]
         assert log.count(f"{proc.name}: Redis broker unavailable (") == 1, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_qcluster_started_while_redis_is_down_waits_for_it_and_then_works(tmp_path):
+    run = make_run()
+    redis_server = PrivateRedis(tmp_path)  # its port is chosen; the server is not started yet
+    try:
+        env = redis_env(redis_server.url)
+        with Supervisor(grace=30, log_dir=tmp_path / "logs") as supervisor:
+            cluster = supervisor.start("qcluster", manage_py("qcluster"), env=env)
+            dispatch = supervisor.start(
+                "dispatch", manage_py("dispatch", "--tick", "0.2", "--batch", "10"), env=env
+            )
+            make_tasks(run, 20)
+            wait_until(
+                lambda: (
+                    says(cluster, "qcluster: Redis broker unavailable")
+                    and says(dispatch, "dispatch: Redis broker unavailable")
+                ),
+                timeout=60,
+                what="both processes waiting for Redis",
+            )
+            assert cluster.alive() and dispatch.alive()
+            redis_server.start()
+            wait_until(lambda: all_terminal(run.pk), timeout=120, what="the run once Redis is up")
+    finally:
+        redis_server.stop()
+    assert_each_task_done_once(run.pk, 20)
+    for proc in (cluster, dispatch):
+        log = proc.log_path.read_text()
+        assert proc.popen.returncode == 0, log[-3000:]
+        assert log.count(f"{proc.name}: Redis broker available again") == 1, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
