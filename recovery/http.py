@@ -605,7 +605,10 @@ class Fetcher:
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
 
-    async def fetch(self, url: str, *, headers: dict[str, str] | None = None) -> Page:
+    async def fetch(
+        self, url: str, *, headers: dict[str, str] | None = None, max_bytes: int | None = None
+    ) -> Page:
+        """`max_bytes` overrides the size cap for this fetch (a sitemap may hold 50 MB)."""
         client = self._ensure_client()
         cookies = httpx.Cookies()  # this task's jar: redirect hops share it, tasks do not
         hops: list[str] = []
@@ -625,7 +628,7 @@ class Fetcher:
                 hop_started = time.monotonic()
                 try:
                     async with asyncio.timeout(budget):
-                        page = await self._send(client, request, cookies)
+                        page = await self._send(client, request, cookies, max_bytes)
                 except BlockedURL as exc:
                     # A name refused at connect time: say which hop it was.
                     where = f" (redirect hop {len(hops) - 1})" if len(hops) > 1 else ""
@@ -702,9 +705,13 @@ class Fetcher:
         return request
 
     async def _send(
-        self, client: httpx.AsyncClient, request: httpx.Request, cookies: httpx.Cookies
+        self,
+        client: httpx.AsyncClient,
+        request: httpx.Request,
+        cookies: httpx.Cookies,
+        max_bytes: int | None = None,
     ) -> Page:
-        cap = self.limits.max_bytes
+        cap = max_bytes or self.limits.max_bytes
         try:
             response = await client.send(request, stream=True)
             try:
