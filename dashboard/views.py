@@ -212,6 +212,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "validation": figures.rule_checks(run, limit=200),
         "inventory_drift": figures.inventory_drift(run.pk),
         "drift_cap": figures.DRIFT_CAP,
+        "sitemap": figures.sitemap_progress(run.pk),
         "remote_jobs": RemoteJob.objects.filter(run=run).order_by("-pk")[:20],
         "batches": _with_outcomes(RecoveryBatch.objects.filter(run=run).order_by("-pk")[:20]),
         "notes": TriageNote.objects.filter(run=run).order_by("-pk")[:10],

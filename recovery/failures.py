@@ -90,6 +90,7 @@ RETRY_TABLE: dict[ErrorClass, Rule] = {
     ErrorClass.INTERNAL: Rule(Action.QUARANTINE, ROW_LOCAL),
     ErrorClass.ROBOTS_DISALLOWED: Rule(Action.QUARANTINE, ROW_ROBOTS),
     ErrorClass.WORKER_CRASH_LOOP: Rule(Action.QUARANTINE, ROW_CRASH_LOOP),
+    ErrorClass.SITEMAP_INVALID: Rule(Action.QUARANTINE, ROW_SELECTOR),
 }
 
 # Actions after which the task waits and is claimed again (the budgets apply to these).
@@ -217,6 +218,15 @@ def sanitise_artefact(
             for item in crashes[:50]
             if isinstance(item, dict)
         ]
+    # A sitemap file's counts (recovery.sitemaps): numbers and its kind, nothing else.
+    sitemap = artefact.get("sitemap")
+    if isinstance(sitemap, dict):
+        clean["sitemap"] = {
+            str(k)[:40]: v
+            for k, v in sitemap.items()
+            if (isinstance(v, int) and not isinstance(v, bool))
+            or (k == "kind" and v in ("urlset", "sitemapindex"))
+        }
     refused = artefact.get("refused")
     if isinstance(refused, list):
         clean["refused"] = [str(item)[:600] for item in refused[:20]]

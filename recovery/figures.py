@@ -99,6 +99,13 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "tasks found only by re-reading the listing's head after the walk "
         '(discovery = "drift").',
     ),
+    "sitemap_progress": (
+        "Sitemap discovery",
+        "Sitemap files read / sitemap files known: a file is read when its task is final "
+        "(committed, gone, quarantined or dead), and known once the run's sitemap or an index "
+        "lists it. URLs listed: the URLs in the committed files after lastmod_since, a URL "
+        "counted once per file that lists it (it is one task however many list it).",
+    ),
     "rule_result": (
         "Rule result",
         "A rule's value for the run or one partition, compared with its threshold: at least "
@@ -361,6 +368,55 @@ def inventory_drift(run_id: int) -> int:
         "id", flat=True
     )
     return len(ids[: DRIFT_CAP + 1])
+
+
+# Sitemap files read for the progress figure (through the partial task_run_sitemap_idx);
+# an index lists at most 50,000, so a run past this is shown as "more than".
+SITEMAP_CAP = 10_000
+_ID_CHUNK = 900  # ids per IN (...) query: under SQLite's oldest parameter limit
+
+
+@dataclass(frozen=True)
+class SitemapProgress:
+    files_read: int
+    files_known: int
+    urls_listed: int
+    capped: bool  # more than SITEMAP_CAP files: the figures cover the first SITEMAP_CAP
+
+    @property
+    def done(self) -> bool:
+        return self.files_read == self.files_known and not self.capped
+
+
+def sitemap_progress(run_id: int) -> SitemapProgress | None:
+    """GLOSSARY["sitemap_progress"]; None for a run without sitemap discovery."""
+    from recovery.sitemaps import SITEMAP_PAGE_TYPE
+
+    rows = list(
+        Task.objects.filter(run_id=run_id, page_type=SITEMAP_PAGE_TYPE).values_list("id", "state")[
+            : SITEMAP_CAP + 1
+        ]
+    )
+    if not rows:
+        return None
+    capped = len(rows) > SITEMAP_CAP
+    rows = rows[:SITEMAP_CAP]
+    terminal = {str(s) for s in TERMINAL}
+    committed = [pk for pk, state in rows if state == TaskState.COMMITTED]
+    urls = 0
+    for start in range(0, len(committed), _ID_CHUNK):
+        notes = Attempt.objects.filter(
+            task_id__in=committed[start : start + _ID_CHUNK], outcome=Attempt.Outcome.COMMITTED
+        ).values_list("artefact", flat=True)
+        for note in notes:
+            counts = (note or {}).get("sitemap") or {}
+            urls += int(counts.get("urls", 0))
+    return SitemapProgress(
+        files_read=sum(1 for _pk, state in rows if state in terminal),
+        files_known=len(rows),
+        urls_listed=urls,
+        capped=capped,
+    )
 
 
 def awaiting_decision(run_ids: list[int]) -> dict[int, int]:

@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from recovery import counters, keys
+from recovery import counters, keys, sitemaps
 
 WINDOW_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 COLUMNS = ("url", "page_type", "partition", "priority")
@@ -85,7 +85,7 @@ class Manifest:
     duplicate_examples: list[Duplicate] = field(default_factory=list)
 
 
-FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text"}
+FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON", "lines": "text", "none": "manifest"}
 
 
 @dataclass
@@ -95,16 +95,20 @@ class CreateRunResult:
     tasks_added: int
     already_present: int  # --add: task keys the run already had
     manifest: Manifest
+    sitemap: dict[str, Any] | None = None  # the sitemap the run was seeded with
 
     def summary(self) -> list[str]:
         """What createrun prints before the run id (the dashboard shows the same lines)."""
         run, m = self.run, self.manifest
         verb = "created" if self.created else "extended"
-        line = (
-            f"run {run.pk} {run.dataset.name}@{run.window} {verb}: {self.tasks_added} task(s) "
-            f"added from {m.lines_read} {FORMAT_NAMES[m.format]} line(s), "
-            f"manifest sha256 {m.sha256[:12]}"
-        )
+        line = f"run {run.pk} {run.dataset.name}@{run.window} {verb}: {self.tasks_added} task(s) "
+        if m.format == "none":
+            line += "added (no manifest)"
+        else:
+            line += (
+                f"added from {m.lines_read} {FORMAT_NAMES[m.format]} line(s), "
+                f"manifest sha256 {m.sha256[:12]}"
+            )
         if self.already_present:
             line += f", {self.already_present} already in the run"
         lines = [line]
@@ -114,6 +118,14 @@ class CreateRunResult:
                 for d in m.duplicate_examples
             )
             lines.append(f"{m.duplicates} duplicate URL(s) collapsed: {examples}")
+        if self.sitemap:
+            since = self.sitemap.get("lastmod_since")
+            lines.append(
+                f"sitemap discovery from {self.sitemap['url']} "
+                f"(page type {self.sitemap['page_type']}"
+                + (f", lastmod since {since}" if since else "")
+                + "): its URLs become tasks as workers read the sitemap files"
+            )
         return lines
 
 
@@ -335,19 +347,24 @@ def parse(
 def create_run(
     dataset_name: str,
     window: str,
-    manifest_path: str | Path,
+    manifest_path: str | Path | None,
     *,
     add: bool = False,
     scraper_version: str | None = None,
     actor: str = "system",
     on_progress: Callable[[int, int], None] | None = None,
     name: str | None = None,
+    sitemap_url: str | None = None,
 ) -> CreateRunResult:
     """Freeze a manifest into a new run (or, with add=True, add its new task keys to the run).
 
     Raises ManifestError on bad input, before any write. `on_progress(done, total)` is called
     as the parsed entries are written (a terminal progress bar for big manifests). `name`: what
     messages call the manifest (an upload's file name; by default its path).
+
+    Sitemap discovery (recovery.sitemaps): a dataset whose spec has `sitemap` (or a call with
+    `sitemap_url`, a schedule's `sitemap:` source) also gets one task for that sitemap file;
+    the manifest is then optional (`manifest_path` None).
     """
     from recovery import audit
     from recovery.models import Dataset, Run
@@ -375,7 +392,17 @@ def create_run(
         _check_addable(existing, scraper_version)
 
     spec = dataset.spec or {}
-    manifest = parse(manifest_path, dataset_name=dataset.name, spec=spec, window=window, name=name)
+    sitemap = sitemap_config(spec, sitemap_url)
+    if manifest_path is not None:
+        manifest = parse(
+            manifest_path, dataset_name=dataset.name, spec=spec, window=window, name=name
+        )
+    elif sitemap is not None:
+        manifest = Manifest("none", hashlib.sha256(sitemap["url"].encode()).hexdigest(), [], 0)
+    else:
+        raise ManifestError(
+            f"--manifest: required (dataset {dataset_name!r} has no sitemap in its spec)"
+        )
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -398,6 +425,20 @@ def create_run(
             added, present, per_partition = _insert_tasks(
                 run, manifest.entries, now, created, on_progress
             )
+            if sitemap is not None:
+                partition = _sitemap_partition(sitemap["url"], spec)
+                seeded = sitemaps.seed(
+                    run,
+                    url=sitemap["url"],
+                    page_type=sitemap["page_type"],
+                    since=sitemap.get("lastmod_since"),
+                    partition=partition,
+                    now=now,
+                )
+                added += seeded
+                present += 1 - seeded
+                if seeded:
+                    per_partition[partition] = per_partition.get(partition, 0) + 1
             if added:
                 Run.objects.filter(pk=run.pk).update(task_total=F("task_total") + added)
                 counters.record(
@@ -433,7 +474,30 @@ def create_run(
             "nothing was written, retry with --add"
         ) from None
     run.refresh_from_db()
-    return CreateRunResult(run, created, added, present, manifest)
+    return CreateRunResult(run, created, added, present, manifest, sitemap)
+
+
+def sitemap_config(spec: dict[str, Any], url: str | None = None) -> dict[str, Any] | None:
+    """The sitemap a new run starts from: `url` (a schedule's `sitemap:` source) with the
+    spec's page type and lastmod_since (else its default page type), or the spec's own."""
+    own = spec.get("sitemap")
+    if url is None:
+        return own
+    try:
+        canonical = keys.canonical_url(url)
+    except keys.InvalidURL as exc:
+        raise ManifestError(f"sitemap URL: {exc}") from None
+    if own:
+        return {**own, "url": canonical}
+    page_type = spec.get("default_page_type") or next(iter(spec.get("page_types") or {}), "")
+    return {"url": canonical, "page_type": page_type}
+
+
+def _sitemap_partition(url: str, spec: dict[str, Any]) -> str:
+    # Its URLs take their own host's partition (rule "host") or inherit this one ("manifest").
+    if (spec.get("partition") or {}).get("rule", "host") == "manifest":
+        return "sitemap"
+    return urlsplit(url).hostname or ""
 
 
 def _check_addable(run, scraper_version: str | None) -> None:

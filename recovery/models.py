@@ -121,6 +121,7 @@ class Task(models.Model):
         CURSOR = "cursor"
         OFFSET = "offset"
         DRIFT = "drift"  # found only by re-reading an offset listing's head (recovery.drift)
+        SITEMAP = "sitemap"  # a sitemap file, or a URL one listed (recovery.sitemaps)
 
     # No single-column index on run: every claim and commit rewrites each index of this table
     # (the state columns change, so updates are never HOT), and run-led composite indexes
@@ -200,6 +201,13 @@ class Task(models.Model):
             # The run page's inventory-drift figure (recovery.figures): only drift rows are
             # indexed, so it costs writes nothing else and the count never scans the run.
             models.Index(fields=["run"], name="task_run_drift_idx", condition=Q(discovery="drift")),
+            # The run page's sitemap progress (recovery.figures): a run's sitemap files, few
+            # beside its pages, so the index costs the pages' claims and commits nothing.
+            models.Index(
+                fields=["run", "state"],
+                name="task_run_sitemap_idx",
+                condition=Q(page_type="@sitemap"),
+            ),
             # id last, as above: a partition's tasks in (state, task) order for its list.
             models.Index(
                 fields=["run", "partition", "state", "id"], name="task_run_part_state_idx"

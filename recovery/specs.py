@@ -57,6 +57,7 @@ TOP_KEYS = frozenset(
         "default_page_type",
         "rules",
         "robots",
+        "sitemap",
     }
 )
 PAGE_TYPE_KEYS = frozenset({*MARKERS, "fields", "links", "cursor"})
@@ -358,6 +359,34 @@ def _robots(value: Any) -> dict[str, Any]:
     return {"obey": False, "reason": reason}
 
 
+def _sitemap(value: Any, page_types: dict[str, Any], provider: str) -> dict[str, Any]:
+    """`sitemap = { url, page_type, lastmod_since? }`: the run's inventory is read from the
+    site's sitemaps (recovery.sitemaps), besides any manifest."""
+    from recovery import keys, sitemaps
+
+    table = _table(value, "sitemap")
+    _no_unknown(table, frozenset({"url", "page_type", "lastmod_since"}), "sitemap")
+    if provider != "direct":
+        raise SpecError(f'sitemap: sitemap discovery needs provider = "direct", not {provider!r}')
+    for key in ("url", "page_type"):
+        if key not in table:
+            raise SpecError(f"sitemap.{key}: required")
+    try:
+        url = keys.canonical_url(_str(table["url"], "sitemap.url"))
+    except keys.InvalidURL as exc:
+        raise SpecError(f"sitemap.url: {exc}") from None
+    page_type = _str(table["page_type"], "sitemap.page_type")
+    if page_type not in page_types:
+        raise SpecError(f"sitemap.page_type: {page_type!r} is not a defined page type")
+    out: dict[str, Any] = {"url": url, "page_type": page_type}
+    if "lastmod_since" in table:
+        try:
+            out["lastmod_since"] = sitemaps.check_since(table["lastmod_since"])
+        except ValueError as exc:
+            raise SpecError(f"sitemap.lastmod_since: {exc}") from None
+    return out
+
+
 def _check_provider_options(provider: str, options: dict[str, Any]) -> None:
     """Let the provider's own `parse_options` judge its options now, at load time, rather
     than at the first claim when a whole run is already waiting on a typo."""
@@ -472,6 +501,8 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     if "robots" in raw:
         # Only written when given, so the specs saved before robots.txt support keep their hash.
         spec["robots"] = _robots(raw["robots"])
+    if "sitemap" in raw:
+        spec["sitemap"] = _sitemap(raw["sitemap"], page_types, provider)
 
     rules_raw = raw.get("rules", [])
     if not isinstance(rules_raw, list):

@@ -37,6 +37,7 @@ class ErrorClass(enum.StrEnum):
     ROBOTS_DISALLOWED = "robots_disallowed"  # the site's robots.txt refuses it: never fetched
     # The page's workers died on it SALVAGE_CRASH_BUDGET times (a poison page): not run again.
     WORKER_CRASH_LOOP = "worker_crash_loop"
+    SITEMAP_INVALID = "sitemap_invalid"  # malformed XML, a DOCTYPE, not a sitemap (sitemaps.py)
 
 
 @dataclass(slots=True)

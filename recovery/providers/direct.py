@@ -18,6 +18,10 @@ size cap, total deadline, redirects followed hop by hop), then:
    listing cannot lose or duplicate a record; after the walk's last page the listing's head is
 re-read until no unseen item can remain (recovery.drift: "inventory drift").
 
+A task of page type `@sitemap` is a sitemap file (recovery.sitemaps): fetched the same way
+(robots.txt, guard, gates) with the protocol's 50 MB cap, its child sitemaps or URLs become
+its children.
+
 robots.txt (recovery.robots) is read per origin before the first page of a host is fetched;
 a refused URL is `robots_disallowed` without a request, and Crawl-delay raises the host's
 spacing. A spec opts out only with `robots = { obey = false, reason = "..." }`.
@@ -40,7 +44,7 @@ from urllib.parse import urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import drift, extraction, failures, robots
+from recovery import drift, extraction, failures, robots, sitemaps
 from recovery.http import Fetcher, FetchError, Page
 from recovery.keys import canonical_url
 from recovery.logs import redact
@@ -211,6 +215,8 @@ class DirectProvider:
         await self.fetcher.aclose()
 
     async def execute(self, task: TaskInput) -> Outcome:
+        if task.page_type == sitemaps.SITEMAP_PAGE_TYPE:
+            return await self.read_sitemap(task)
         page_spec = (task.spec.get("page_types") or {}).get(task.page_type)
         if page_spec is None:
             reason = f"page type {task.page_type!r} is not defined in the dataset spec"
@@ -265,6 +271,41 @@ class DirectProvider:
                 )
             )
         return outcome
+
+    async def read_sitemap(self, task: TaskInput) -> Outcome:
+        """One sitemap file: its child sitemaps or its URLs, all or nothing."""
+        config = task.navigation.get("sitemap")
+        if not isinstance(config, dict) or not config.get("page_type"):
+            return _failure(ErrorClass.INTERNAL, "sitemap task without its configuration", None)
+        refusal = await self.robots_refusal(task)
+        if refusal is not None:
+            return refusal
+        try:
+            page = await self.fetcher.fetch(task.url, max_bytes=sitemaps.MAX_BYTES)
+        except FetchError as exc:
+            return Outcome(
+                http_status=exc.context.get("status"),
+                error_class=exc.error_class,
+                error_detail=redact(exc.detail),
+                artefact=artefact(None, exc.detail, context=exc.context),
+            )
+        error_class = classify_status(page.status)
+        if error_class is not None:
+            outcome = _failure(error_class, f"HTTP {page.status}", page)
+            if page.status in (429, 503):
+                outcome.retry_after = retry_after_seconds(page)
+            return outcome
+        try:
+            # CPU-bound (~0.1 s for 50,000 URLs), like a page's extraction.
+            parsed = sitemaps.parse(page.body, page.url)
+        except sitemaps.SitemapError as exc:
+            return _failure(exc.error_class, exc.detail, page)
+        return sitemaps.outcome(
+            parsed,
+            status=page.status,
+            config=config,
+            partition_for=lambda url: self.partition_for(task, url),
+        )
 
     def offset_walk_ended(
         self, task: TaskInput, page_spec: dict[str, Any], outcome: Outcome

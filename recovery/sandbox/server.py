@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from recovery.sandbox import jsshop, robots, site
+from recovery.sandbox import jsshop, robots, site, sitemaps
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,12 @@ def build_app(
     with their defaults. `app[site.SHOP_KEY]` is the Shop; `app[SIMULATORS_KEY]` maps each
     mounted name to its sub-application (for tests that reach into simulator state).
     `robots_txt` is what /robots.txt serves (recovery.sandbox.robots; allow-all by default) and
-    `app[robots.REQUESTS]` logs every path requested, in order.
+    `app[robots.REQUESTS]` logs every path requested, in order. The shop's sitemaps are at
+    /sitemap_index.xml (recovery.sandbox.sitemaps).
     """
     app = site.make_app(pages=pages, seed=seed, faults=faults, **shop_options)
     robots.install(app, robots_txt, robots_redirect_text)
+    sitemaps.install(app, pages)  # /sitemap_index.xml and /sitemaps/...
     # Pages that need JavaScript (the browser provider), at /js/.
     js = jsshop.make_app(pages=pages, seed=seed)
     app.add_subapp("/js/", js)

@@ -29,7 +29,7 @@ SEED_TABLE = [
         [ErrorClass.CONSENT, ErrorClass.WRONG_TEMPLATE, ErrorClass.EMPTY_SHELL],
         Action.QUARANTINE,
     ),
-    (failures.ROW_SELECTOR, [ErrorClass.SELECTOR], Action.QUARANTINE),
+    (failures.ROW_SELECTOR, [ErrorClass.SELECTOR, ErrorClass.SITEMAP_INVALID], Action.QUARANTINE),
     (failures.ROW_UNCERTAIN, [ErrorClass.UNCERTAIN_WRITE], Action.LOOKUP_FIRST),
     (failures.ROW_BUDGET, [ErrorClass.BUDGET_EXHAUSTED], Action.DEAD),
 ]

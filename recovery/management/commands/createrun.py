@@ -1,5 +1,8 @@
 """manage.py createrun DATASET --window W --manifest FILE: freeze a manifest into a run.
 
+A dataset whose spec has a `sitemap` also gets its sitemap file as a task (and may omit
+--manifest): its URLs become tasks as workers read it (recovery.sitemaps).
+
 The last line printed is the run id alone, so scripts can take it with `tail -n 1`.
 """
 
@@ -17,7 +20,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("dataset", help="dataset name (see loaddataset)")
         parser.add_argument("--window", required=True, help="collection window, e.g. 2026-11-29")
-        parser.add_argument("--manifest", required=True, help=".csv, .jsonl or .txt file")
+        parser.add_argument(
+            "--manifest",
+            default=None,
+            help=".csv, .jsonl or .txt file (optional when the dataset's spec has a sitemap)",
+        )
         parser.add_argument(
             "--add",
             action="store_true",
