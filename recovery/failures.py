@@ -173,6 +173,12 @@ def _is_secret_header(name: str) -> bool:
     return lowered in _SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
 
 
+def _no_nul(text: str) -> str:
+    # PostgreSQL's jsonb refuses \u0000, and the whole commit with it: a binary body (a gzip
+    # file, an image served as a page) would otherwise fail its batch's commit every time.
+    return text.replace("\x00", "\ufffd")
+
+
 def sanitise_artefact(
     artefact: dict[str, Any] | None, http_status: int | None = None
 ) -> dict[str, Any] | None:
@@ -202,10 +208,10 @@ def sanitise_artefact(
     if body is not None:
         if isinstance(body, bytes):
             body = body.decode("utf-8", "replace")
-        clean["body_excerpt"] = str(body)[:BODY_EXCERPT_CHARS]
+        clean["body_excerpt"] = _no_nul(str(body)[:BODY_EXCERPT_CHARS])
     for key in ("file", "reason", "content_type", "screenshot_skipped"):
         if key in artefact and artefact[key] is not None:
-            clean[key] = str(artefact[key])[:1000]
+            clean[key] = _no_nul(str(artefact[key])[:1000])
     # Triage files of the browser provider (recovery.artefacts): content-hash names only.
     for key, suffix in (("screenshot", "png"), ("rendered_html", "html")):
         if artefacts.valid_name(artefact.get(key), suffix):

@@ -169,3 +169,10 @@ def test_artefacts_lose_secrets_and_long_bodies():
     assert "url" not in clean
     assert failures.sanitise_artefact(None, 403) == {"status": 403}
     assert failures.sanitise_artefact(None) is None
+
+
+def test_a_binary_body_excerpt_keeps_no_nul_character():
+    # PostgreSQL's jsonb refuses \u0000: a gzip body's excerpt once failed its batch's commit.
+    clean = failures.sanitise_artefact({"body_excerpt": "\x1f\x8b\x08\x00abc", "reason": "a\x00b"})
+    assert "\x00" not in clean["body_excerpt"] and "\x00" not in clean["reason"]
+    assert clean["body_excerpt"].endswith("abc")
