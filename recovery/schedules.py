@@ -13,7 +13,9 @@ due. Exactly once, whatever happens:
 - the manifest is materialised first, outside any transaction (a file path; an http(s) URL
   fetched through the guarded client; or "previous": the previous window's manifest plus what
   its run discovered); a failure is recorded on the schedule (`last_error`, `failures`) and
-  retried after a backoff, and no run is made;
+  retried after a backoff, and no run is made. A `sitemap:<http(s) URL>` source needs no
+  manifest: the run starts with that sitemap file as its one task (recovery.sitemaps), and the
+  workers read it through the guarded client like any page;
 - then one transaction moves the schedule from the `last_due_at` it read to the new instant
   (a guarded UPDATE: a second dispatcher that read the same value updates nothing and stops)
   and creates the run; the run's unique (dataset, window) is the fence, so a run that exists
@@ -47,12 +49,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from recovery import audit, failures, manifests
+from recovery import audit, failures, keys, manifests, sitemaps
 from recovery.models import Dataset, Run, Schedule, Task
 
 log = logging.getLogger(__name__)
 
 PREVIOUS = "previous"
+SITEMAP_PREFIX = "sitemap:"
 MAX_OCCURRENCES = 10_000  # instants looked at per call: a cron every minute over a week
 RETRY_BASE = 60.0  # seconds: a failed manifest fetch is retried after backoff(failures)
 RETRY_CAP = 3600.0
@@ -139,11 +142,21 @@ def check_source(source: str, within: Path | None = None) -> str:
     source = source.strip()
     if source == PREVIOUS:
         return source
+    if source.startswith(SITEMAP_PREFIX):
+        url = source.removeprefix(SITEMAP_PREFIX).strip()
+        if urlsplit(url).scheme.lower() not in ("http", "https"):
+            raise ScheduleError("manifest", f"{source!r}: use sitemap:<http(s) URL of a sitemap>")
+        try:
+            return SITEMAP_PREFIX + keys.canonical_url(url)
+        except keys.InvalidURL as exc:
+            raise ScheduleError("manifest", f"{source!r}: {exc}") from None
     scheme = urlsplit(source).scheme.lower()
     if scheme in ("http", "https"):
         return source
     if scheme and len(scheme) > 1:
-        raise ScheduleError("manifest", f"{source!r}: a file path, an http(s) URL or 'previous'")
+        raise ScheduleError(
+            "manifest", f"{source!r}: a file path, an http(s) URL, sitemap:<URL> or 'previous'"
+        )
     if within is not None and not Path(source).resolve().is_relative_to(within.resolve()):
         raise ScheduleError("manifest", f"{source!r}: a file must be under {within}")
     if not Path(source).is_file():
@@ -458,6 +471,7 @@ def _make(schedule: Schedule, instant: datetime, window: str, now: datetime) -> 
                 path,
                 name=name,
                 actor=f"schedule:{schedule.name}",
+                sitemap_url=sitemap_source(schedule),
             )
             Schedule.objects.filter(pk=schedule.pk).update(last_run=result.run)
         return 1
@@ -496,10 +510,20 @@ def _record_failure(schedule: Schedule, message: str, now: datetime) -> None:
     )
 
 
-@contextlib.contextmanager
-def materialised(schedule: Schedule) -> Iterator[tuple[str, str]]:
-    """(path, name) of the window's manifest, removed afterwards if it was made here."""
+def sitemap_source(schedule: Schedule) -> str | None:
+    """The sitemap URL of a `sitemap:` source, else None."""
     source = schedule.manifest_source
+    return source.removeprefix(SITEMAP_PREFIX) if source.startswith(SITEMAP_PREFIX) else None
+
+
+@contextlib.contextmanager
+def materialised(schedule: Schedule) -> Iterator[tuple[str | None, str]]:
+    """(path, name) of the window's manifest, removed afterwards if it was made here; no path
+    for a `sitemap:` source (the run's sitemap task is its manifest)."""
+    source = schedule.manifest_source
+    if source.startswith(SITEMAP_PREFIX):
+        yield None, source
+        return
     if source == PREVIOUS:
         text = _previous_manifest(schedule)
         suffix, name = ".csv", f"the run of window {schedule.last_window}"
@@ -547,6 +571,8 @@ def _previous_manifest(schedule: Schedule) -> str:
     rows = (
         Task.objects.filter(run=previous)
         .exclude(discovery__in=(Task.Discovery.CURSOR, Task.Discovery.OFFSET))
+        # A sitemap file is no page: a new run reads its sitemaps afresh (its own seed).
+        .exclude(page_type=sitemaps.SITEMAP_PAGE_TYPE)
         .order_by("pk")
         .values_list("url", "page_type", "partition")
     )

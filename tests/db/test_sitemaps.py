@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
 
-from recovery import figures, manifests, sitemaps, specs, worker
-from recovery.models import Attempt, Observation, Task
+from recovery import figures, manifests, schedules, sitemaps, specs, worker
+from recovery.models import Attempt, Observation, Run, Schedule, Task
 from recovery.sandbox import robots as sandbox_robots
 from recovery.sandbox import sitemaps as sandbox_sitemaps
 from tests.browser.world import make_users
@@ -226,3 +228,43 @@ def test_sitemap_discovery_needs_the_direct_provider():
             provider_options={},
             sitemap={"url": "http://x.example/s.xml", "page_type": "product"},
         )
+
+
+def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_sandbox):  # noqa: F811
+    shop = make_sandbox(pages=20, faults="none")
+    load_shop("smsched")  # no sitemap in the spec: the URLs take its default page type
+    with pytest.raises(schedules.ScheduleError, match="manifest: 'sitemap:ftp"):
+        schedules.check_source("sitemap:ftp://x.example/s.xml")
+    created = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    with time_machine.travel(created, tick=False):
+        schedule = schedules.add(
+            "smsched",
+            "nightly",
+            recurrence=schedules.parse_recurrence(daily="06:00"),
+            tz="UTC",
+            window_format="%Y-%m-%d",
+            source="sitemap:" + shop.url("/sitemaps/products-b.xml"),
+            catch_up="latest",
+            actor="test",
+        )
+    with time_machine.travel(created + timedelta(days=1), tick=False):
+        assert schedules.run_due() == 1
+    run = Run.objects.get(dataset__name="smsched", window="2026-11-02")
+    root = sitemap_tasks(run).get()
+    assert root.url == shop.url("/sitemaps/products-b.xml")
+    assert root.navigation == {"sitemap": {"page_type": "product"}}
+    assert Task.objects.filter(run=run).count() == 1  # nothing else: the sitemap is the manifest
+
+    discover(run)
+    _first, second = sandbox_sitemaps.split(20)
+    found = set(Task.objects.filter(run=run, page_type="product").values_list("url", flat=True))
+    assert found == {shop.product_url(i) for i in second}
+
+    # "previous" copies what the run discovered, not its sitemap file (no page of the spec).
+    Schedule.objects.filter(pk=schedule.pk).update(manifest_source=schedules.PREVIOUS)
+    with time_machine.travel(created + timedelta(days=2), tick=False):
+        assert schedules.run_due() == 1
+    nxt = Run.objects.get(dataset__name="smsched", window="2026-11-03")
+    assert set(Task.objects.filter(run=nxt).values_list("url", "page_type")) == {
+        (url, "product") for url in found
+    }

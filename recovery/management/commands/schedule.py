@@ -1,7 +1,8 @@
 """manage.py schedule add|list|pause|resume|remove: recurring collections (recovery.schedules).
 
   schedule add DATASET NAME (--daily HH:MM | --weekly 'mon HH:MM' | --cron 'M H D M W')
-               --manifest (FILE | URL | previous) [--tz Europe/London] [--window-format %Y-%m-%d]
+               --manifest (FILE | URL | sitemap:URL | previous)
+               [--tz Europe/London] [--window-format %Y-%m-%d]
                [--catch-up latest | each:N]
   schedule list [DATASET]
   schedule pause|resume|remove DATASET NAME [--reason TEXT]
@@ -33,7 +34,9 @@ class Command(BaseCommand):
         add.add_argument("--cron", help="a 5-field cron expression, in the schedule's zone")
         add.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
         add.add_argument("--window-format", default="%Y-%m-%d", help="strftime, e.g. %%G-W%%V")
-        add.add_argument("--manifest", required=True, help="a file, an http(s) URL or 'previous'")
+        add.add_argument(
+            "--manifest", required=True, help="a file, an http(s) URL, sitemap:<URL> or 'previous'"
+        )
         add.add_argument("--catch-up", default="latest", help="latest (default) or each:N")
         listing = sub.add_parser("list", help="list schedules with their next and last windows")
         listing.add_argument("dataset", nargs="?")

@@ -1,0 +1,100 @@
+"""Sitemap discovery survives a SIGKILLed worker: the finished sitemap files are not fetched
+again (the sandbox's own request log says so) and no URL becomes two tasks.
+
+The victim reads one file per batch and is killed after its third fetch, before that commit:
+the index and one file are committed, one file is leased by a dead process, one is pending.
+A second worker finishes discovery and is stopped once every sitemap file is final (the pages
+it found are not the point here, and 50,000 of them would be slow).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from urllib.parse import urlsplit
+
+import pytest
+from django.db.models import Count
+
+from recovery import sitemaps
+from recovery.models import Attempt, Task
+from recovery.sandbox import robots as sandbox_robots
+from recovery.sandbox import sitemaps as sandbox_sitemaps
+from tests.direct_fixtures import create_run, load_shop
+from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
+from tests.worker.engine_procs import Procs, log_text, wait_exit, wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+FINAL = ("committed", "quarantined", "gone", "dead")
+
+
+@pytest.fixture
+def procs(tmp_path):
+    children = Procs(tmp_path)
+    yield children
+    children.close()
+
+
+def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
+    make_sandbox,  # noqa: F811
+    procs,
+    tmp_path,
+):
+    shop = make_sandbox(pages=30, faults="none")
+    load_shop("smkill", sitemap={"url": shop.url("/sitemap_index.xml"), "page_type": "product"})
+    run = create_run("smkill", [(shop.product_url(3), "product")], tmp_path)
+    files = Task.objects.filter(run=run, page_type=sitemaps.SITEMAP_PAGE_TYPE)
+
+    victim = procs.manage(
+        "victim",
+        "work",
+        "--until-idle",
+        "--batch",
+        "1",
+        "--concurrency",
+        "1",
+        "--worker-id",
+        "victim",
+        SALVAGE_FAULT_POINT="after_fetch",
+        SALVAGE_FAULT_SKIP="2",
+    )
+    assert wait_exit(victim, 120, "the victim") == -signal.SIGKILL, log_text(victim)[-3000:]
+    left = Counter(files.values_list("state", flat=True))
+    assert left == {"committed": 2, "leased": 1, "pending": 1}, left  # killed mid-discovery
+    finished = {urlsplit(t.url).path for t in files.filter(state="committed")}
+    killed = urlsplit(files.get(state="leased").url).path
+
+    rescuer = procs.manage("rescuer", "work", "--batch", "20", "--worker-id", "rescuer")
+    wait_for(
+        lambda: not files.exclude(state__in=FINAL).exists(),
+        timeout=180,
+        what="every sitemap file final",
+    )
+    assert procs.stop(rescuer) == 0, log_text(rescuer)[-3000:]
+
+    assert set(files.values_list("state", flat=True)) == {"committed"}
+    assert files.count() == 4
+    log = Counter(shop.served._runner.app[sandbox_robots.REQUESTS])
+    # The server's word: what the victim committed was never fetched again ...
+    assert "/sitemap_index.xml" in finished
+    for path in finished:
+        assert log[path] == 1, (path, log[path])
+    # ... the file it died holding was fetched again (so the log does count repeats) ...
+    assert log[killed] == 2
+    # ... and the one it never reached, once.
+    for task in files:
+        path = urlsplit(task.url).path
+        assert log[path] == (2 if path == killed else 1), path
+    # Each file committed exactly once, by whoever held its lease.
+    committed = Counter(
+        Attempt.objects.filter(task__in=files, outcome="committed").values_list(
+            "task_id", flat=True
+        )
+    )
+    assert set(committed.values()) == {1} and len(committed) == 4
+    # No URL is two tasks: big.xml's 50,000 include the product files' and the manifest's.
+    products = Task.objects.filter(run=run, page_type="product")
+    assert products.count() == sandbox_sitemaps.BIG
+    assert {row["n"] for row in products.values("url").annotate(n=Count("id"))} == {1}
+    assert products.get(url=shop.product_url(3)).discovery == "manifest"
