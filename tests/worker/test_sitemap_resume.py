@@ -42,7 +42,12 @@ def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
     tmp_path,
 ):
     shop = make_sandbox(pages=30, faults="none")
-    load_shop("smkill", sitemap={"url": shop.url("/sitemap_index.xml"), "page_type": "product"})
+    load_shop(
+        "smkill",
+        sitemap={"url": shop.url("/sitemap_index.xml"), "page_type": "product"},
+        # The shop spec's 2 s deadline is for its slow pages; a 5 MB sitemap needs more.
+        provider_options={"deadline": 30.0, "read_timeout": 15.0},
+    )
     run = create_run("smkill", [(shop.product_url(3), "product")], tmp_path)
     files = Task.objects.filter(run=run, page_type=sitemaps.SITEMAP_PAGE_TYPE)
 
@@ -61,7 +66,8 @@ def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
     )
     assert wait_exit(victim, 120, "the victim") == -signal.SIGKILL, log_text(victim)[-3000:]
     left = Counter(files.values_list("state", flat=True))
-    assert left == {"committed": 2, "leased": 1, "pending": 1}, left  # killed mid-discovery
+    # Killed mid-discovery: the index and a file committed, one file held by the dead worker.
+    assert left["committed"] >= 2 and left["leased"] == 1 and sum(left.values()) == 4, left
     finished = {urlsplit(t.url).path for t in files.filter(state="committed")}
     killed = urlsplit(files.get(state="leased").url).path
 
@@ -76,16 +82,17 @@ def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
     assert set(files.values_list("state", flat=True)) == {"committed"}
     assert files.count() == 4
     log = Counter(shop.served._runner.app[sandbox_robots.REQUESTS])
-    # The server's word: what the victim committed was never fetched again ...
     assert "/sitemap_index.xml" in finished
-    for path in finished:
-        assert log[path] == 1, (path, log[path])
-    # ... the file it died holding was fetched again (so the log does count repeats) ...
-    assert log[killed] == 2
-    # ... and the one it never reached, once.
     for task in files:
         path = urlsplit(task.url).path
-        assert log[path] == (2 if path == killed else 1), path
+        attempts = Attempt.objects.filter(task=task)
+        # The server's word: one request per attempt (a timeout's retry is an attempt) ...
+        assert log[path] == attempts.count(), (path, log[path])
+        if path in finished:
+            # ... and what the victim committed was never fetched again.
+            assert not attempts.filter(worker="rescuer").exists(), path
+    # The file it died holding was fetched again (so the log does count repeats).
+    assert log[killed] >= 2
     # Each file committed exactly once, by whoever held its lease.
     committed = Counter(
         Attempt.objects.filter(task__in=files, outcome="committed").values_list(
