@@ -176,11 +176,12 @@ def _run_create(
         result = manifests.create_run(
             dataset.name,
             data["window"],
-            upload.temporary_file_path(),  # spooled to disk by uploads.CappedUpload
+            # spooled to disk by uploads.CappedUpload; none for a sitemap run
+            upload.temporary_file_path() if upload else None,
             add=data["add"],
             scraper_version=data["scraper_version"] or None,
             actor=_actor(request),
-            name=upload.name,
+            name=upload.name if upload else None,
         )
     except manifests.ManifestError as exc:
         form.add_error(exc.field if exc.field in form.fields else None, str(exc))

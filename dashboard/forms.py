@@ -71,7 +71,12 @@ class ManifestUploadForm(forms.Form):
     # The engine checks the window and the version (recovery.manifests) so that a refusal
     # reads exactly as `createrun` words it; these caps only bound what is read.
     window = forms.CharField(max_length=200, help_text="e.g. 2026-11-29 or 2026-W48")
-    manifest = forms.FileField(label="Manifest (.csv, .jsonl or .txt)")
+    # Optional for a dataset whose spec has a sitemap: the engine says when it is missing.
+    manifest = forms.FileField(
+        required=False,
+        label="Manifest (.csv, .jsonl or .txt)",
+        help_text="optional when the dataset's spec has a sitemap",
+    )
     add = forms.BooleanField(
         required=False, label="Add its new URLs to the existing run of this window"
     )

@@ -278,3 +278,21 @@ def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_
     assert set(Task.objects.filter(run=nxt).values_list("url", "page_type")) == {
         (url, "product") for url in found
     }
+
+
+def test_an_admin_creates_a_sitemap_run_in_the_browser_without_a_manifest():
+    load_shop("plainweb")
+    load_shop("smweb", sitemap={"url": "http://shop.example/sitemap.xml", "page_type": "product"})
+    client = Client()
+    client.force_login(make_users()["admin"])
+    refused = client.post("/datasets/plainweb/runs", {"window": WINDOW})
+    assert refused.status_code == 400
+    assert "--manifest: required (dataset &#x27;plainweb&#x27; has no sitemap" in (
+        refused.content.decode()
+    )
+    assert not Run.objects.filter(dataset__name="plainweb").exists()
+    made = client.post("/datasets/smweb/runs", {"window": WINDOW})
+    assert made.status_code == 302
+    run = Run.objects.get(dataset__name="smweb", window=WINDOW)
+    assert made["Location"] == f"/runs/{run.pk}/"
+    assert sitemap_tasks(run).get().url == "http://shop.example/sitemap.xml"
