@@ -32,8 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urljoin
 
-from lxml import etree
-
 from recovery import keys
 from recovery.providers.base import Discovered, ErrorClass, Outcome
 
@@ -179,6 +177,10 @@ def decompress(body: bytes, limit: int = MAX_BYTES) -> bytes:
 
 def parse(body: bytes, base_url: str, *, max_entries: int = MAX_ENTRIES) -> Parsed:
     """One sitemap file (XML, gzip or not) into its entries; raises SitemapError."""
+    # Imported here: createrun, schedules and the dashboard import this module for its
+    # constants and seeding, and only a worker reading a sitemap needs the parser.
+    from lxml import etree
+
     data = decompress(body)
     if len(data) > MAX_BYTES:
         raise SitemapError(
