@@ -135,3 +135,21 @@ def test_a_qcluster_started_while_redis_is_down_waits_for_it_and_then_works(tmp_
         assert proc.popen.returncode == 0, log[-3000:]
         assert log.count(f"{proc.name}: Redis broker available again") == 1, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
+
+
+def test_sigterm_stops_a_qcluster_waiting_for_redis_at_once_and_cleanly(tmp_path):
+    import signal
+
+    redis_server = PrivateRedis(tmp_path)  # never started: the cluster waits for it
+    env = redis_env(redis_server.url)
+    with Supervisor(grace=30, log_dir=tmp_path / "logs") as supervisor:
+        cluster = supervisor.start("qcluster", manage_py("qcluster"), env=env)
+        wait_until(
+            lambda: says(cluster, "qcluster: Redis broker unavailable"), timeout=60, what="waiting"
+        )
+        cluster.signal_group(signal.SIGTERM)
+        # Well inside the supervisor's 30 s grace: a SIGKILL would make the status -9.
+        wait_until(lambda: not cluster.alive(), timeout=20, what="the cluster to stop")
+    log = cluster.log_path.read_text()
+    assert cluster.popen.returncode == 0, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]

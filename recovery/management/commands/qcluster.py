@@ -48,12 +48,11 @@ class Command(DjangoQCommand):
             return
         stop = threading.Event()
 
-        def on_signal(signum, frame) -> None:
-            stop.set()  # ends a backoff wait at once
-            cluster.sig_handler(signum, frame)  # django-q2's: stops the sentinel and waits
+        def request_stop(signum, frame) -> None:
+            stop.set()  # ends a backoff wait at once; the cluster is stopped below, not here
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
         guard = outage.OutageGuard("qcluster", stop=stop)
         heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER)
         try:
@@ -63,15 +62,27 @@ class Command(DjangoQCommand):
         except outage.DatabaseOutage as exc:
             stop_cluster(cluster)
             raise CommandError(str(exc), returncode=1) from None
+        else:
+            stop_cluster(cluster)
         finally:
             heartbeat.stop()
 
 
 def stop_cluster(cluster: Cluster) -> None:
-    """Stop the sentinel (it stops its pusher, workers and monitor); SIGKILL it if it has not
-    stopped within STOP_GRACE_SECONDS (a worker stuck on a dead connection)."""
-    cluster.stop_event.set()
-    cluster.sentinel.join(STOP_GRACE_SECONDS)
-    if cluster.sentinel.is_alive():
-        cluster.sentinel.kill()
-        cluster.sentinel.join(5)
+    """Stop the sentinel (it stops its pusher, workers and monitor) and wait for it; SIGKILL it
+    if it has not stopped within STOP_GRACE_SECONDS (a worker stuck on a dead connection).
+
+    A SIGTERM sent to the whole process group (a supervisor, Ctrl-C's SIGINT aside) has already
+    killed the sentinel, which keeps SIGTERM's default action, and it may have died holding the
+    lock of the stop event it shares with us: setting that event (what django-q2's own handler
+    does) then blocks for ever. So a dead sentinel is left alone, and a live one is told from
+    a thread that cannot hold us up."""
+    sentinel = cluster.sentinel
+    sentinel.join(0.5)  # a group SIGTERM reaches it at the same time as us
+    if not sentinel.is_alive():
+        return
+    threading.Thread(target=cluster.stop_event.set, daemon=True).start()
+    sentinel.join(STOP_GRACE_SECONDS)
+    if sentinel.is_alive():
+        sentinel.kill()
+        sentinel.join(5)
