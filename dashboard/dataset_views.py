@@ -40,7 +40,9 @@ def _actor(request: HttpRequest) -> str:
 @login_required
 @require_GET
 @permission_required("recovery.view_dataset", raise_exception=True)
-def datasets(request: HttpRequest) -> HttpResponse:
+def datasets(request: HttpRequest, export: bool = False) -> HttpResponse:
+    if export:
+        return lists.export_csv(request, lists.DATASETS, Dataset.objects.all(), "datasets")
     return _datasets_page(request, SpecUploadForm())
 
 

@@ -7,25 +7,34 @@ schema comment on each index names the list), and the keyset cursor follows the 
 
 Search (`q`): an exact key goes straight to its object (a task key or observation key anywhere,
 and inside a run a URL, an entity key or a provider job id); otherwise each list narrows by its
-own indexed search (a run's tasks by URL prefix, the reconcile queue by provider job id prefix).
+own indexed search (a run's tasks by URL prefix, or on PostgreSQL by any part of the URL; the
+reconcile queue by provider job id prefix).
+
+Export: each list's CSV (`<list URL>.csv`, the same view with `export=True`) is the same bound
+filterset in the same order, read keyset page by keyset page, so it holds exactly the rows the
+pager walks through and memory stays flat however many rows match.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import django_filters
 from django.core.exceptions import BadRequest
+from django.db import connections
 from django.db.models import Func, QuerySet, TextField
 from django.forms import SearchInput, TextInput
-from django.http import HttpRequest, QueryDict
-from django.urls import reverse
+from django.http import HttpRequest, QueryDict, StreamingHttpResponse
+from django.urls import NoReverseMatch, reverse
 
 from dashboard import keyset
 from recovery import keys, liveness
+from recovery.exports import neutralise
 from recovery.models import (
     AuditEntry,
     Dataset,
@@ -48,6 +57,27 @@ from recovery.states.task import TaskState
 URL_KEY_CHARS = 500
 HEX_KEY = re.compile(r"[0-9a-f]{64}")
 SEARCH_MAX = 2000
+# A trigram index can only narrow a search of at least one trigram (three characters).
+CONTAINS_MIN = 3
+TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migration 0017
+_contains_ok: dict[str, bool] = {}
+
+
+def contains_search(alias: str = "default") -> bool:
+    """Whether a run's tasks can be searched by any part of the URL on this database.
+
+    Only on PostgreSQL with the trigram index of migration 0017 (it needs pg_trgm); without it
+    `LIKE '%part%'` would read every task of the run, so the search stays a prefix range.
+    """
+    if alias not in _contains_ok:
+        connection = connections[alias]
+        found = False
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [TRIGRAM_INDEX])
+                found = cursor.fetchone() is not None
+        _contains_ok[alias] = found
+    return _contains_ok[alias]
 
 
 class BadList(BadRequest):
@@ -123,9 +153,14 @@ class TaskFilter(SearchFilterSet):
         fields: list[str] = []
 
     def search(self, qs, name, value):
-        """URL prefix through task_run_url_idx; without a scheme, http:// and https://."""
+        """URL prefix through task_run_url_idx; without a scheme, on PostgreSQL any part of
+        the URL through the trigram index, elsewhere the prefix after http:// or https://."""
         if "://" in value:
             return self._prefix(qs, value)
+        if len(value) >= CONTAINS_MIN and contains_search(qs.db):
+            # LIKE, which task_url_trgm_idx serves (Django's icontains is UPPER(url) LIKE, which
+            # it would not); case-sensitive; % and _ are escaped, so text is never a pattern.
+            return qs.filter(url__contains=value)
         # Without a scheme: the schemes that have a match (one index probe each), so the usual
         # case stays one ordered range scan rather than a union to sort.
         tried = [self._prefix(qs, f"{scheme}://{value}") for scheme in ("https", "http")]
@@ -340,12 +375,31 @@ class Sort:
 
 
 @dataclass(frozen=True)
+class Column:
+    """One CSV column: its header and the row attribute path it reads ("run.dataset.name")."""
+
+    header: str
+    path: str
+
+    def value(self, row: Any) -> str:
+        value = row
+        for part in self.path.split("."):
+            value = getattr(value, part, None) if value is not None else None
+        if value is None:
+            return ""
+        if hasattr(value, "isoformat"):
+            return value.isoformat()
+        return neutralise(str(value))
+
+
+@dataclass(frozen=True)
 class ListSpec:
     name: str
     filterset: type[SearchFilterSet]
     sorts: dict[str, Sort]  # by `?sort=` value; the first is the default
+    columns: tuple[Column, ...]  # the CSV export's columns
     prepare: Callable[[QuerySet], QuerySet] | None = None  # annotations the sorts need
-    search_help: str = "search"
+    search_help: str | Callable[[], str] = "search"  # a callable: it depends on the database
     jump: bool = True  # an exact key in `q` redirects to its object
     # The default order for the current filters (None: the first usable sort).
     pick_default: Callable[[QueryDict], str] | None = None
@@ -367,10 +421,16 @@ class Listing:
     next_cursor: str = ""
     redirect: str | None = None
     status: int = 200
+    export_path: str = ""  # this list's CSV URL ("" when it has none)
 
     @property
     def form(self):
         return self.filterset.form
+
+    @property
+    def url_contains(self) -> bool:
+        """Whether this database searches URLs by any part (else by their beginning)."""
+        return contains_search(self.filterset.queryset.db)
 
     @property
     def q(self) -> str:
@@ -419,9 +479,50 @@ class Listing:
     def first_href(self) -> str:
         return self.href(after=None) if self.params.get("after") else ""
 
+    @property
+    def export_href(self) -> str:
+        """The CSV of what the list shows: every page of it, so without the page cursor."""
+        if not self.export_path:
+            return ""
+        return self.export_path + self.href(after=None).rstrip("?")
 
-def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | None = None):
-    """Filter, search, sort and page `queryset` as the request's GET parameters say."""
+    def rows_for_export(self, chunk: int = 500) -> Iterator[Any]:
+        """Every row of the bound filterset in the list's order, one keyset page at a time."""
+        order = self.spec.sorts[self.sort].order
+        after = None
+        while True:
+            page = keyset.page(self.filterset.qs, after, order=order, size=chunk)
+            yield from page.rows
+            if not page.next_cursor:
+                return
+            after = page.next_cursor
+
+    def csv_lines(self) -> Iterator[str]:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([column.header for column in self.spec.columns])
+        for count, row in enumerate(self.rows_for_export(), 1):
+            writer.writerow([column.value(row) for column in self.spec.columns])
+            if count % 500 == 0:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+
+def bind(
+    request: HttpRequest,
+    spec: ListSpec,
+    queryset: QuerySet,
+    run: Run | None = None,
+    *,
+    export: bool = False,
+) -> Listing:
+    """Filter, search, sort and page `queryset` as the request's GET parameters say.
+
+    With `export` nothing is read yet and an exact key does not redirect: `export_csv` streams
+    every row the filters and search select, in the list's order.
+    """
     params = request.GET.copy()
     # Blank parameters (an empty filter box) are dropped so links never carry `key=`.
     for key in [k for k, v in params.lists() if not any(v)]:
@@ -437,10 +538,14 @@ def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | No
     if spec.prepare is not None:
         queryset = spec.prepare(queryset)
     filterset = spec.filterset(params, queryset=queryset)
-    filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help)
+    placeholder = spec.search_help() if callable(spec.search_help) else spec.search_help
+    filterset.form.fields["q"].widget.attrs.update(placeholder=placeholder)
     listing = Listing(spec=spec, params=params, filterset=filterset, sort=sort)
+    listing.export_path = _export_path(request)
     if not filterset.is_valid():
         listing.status = 400
+        return listing
+    if export:
         return listing
     q = filterset.form.cleaned_data.get("q") or ""
     if q and spec.jump:
@@ -451,6 +556,36 @@ def bind(request: HttpRequest, spec: ListSpec, queryset: QuerySet, run: Run | No
     listing.rows = page.rows
     listing.next_cursor = page.next_cursor
     return listing
+
+
+def _export_path(request: HttpRequest) -> str:
+    # Each list's CSV route is its page's URL name + "_csv", with the same arguments.
+    match = request.resolver_match
+    if match is None or not match.view_name:
+        return ""
+    name = match.view_name if match.view_name.endswith("_csv") else f"{match.view_name}_csv"
+    kwargs = {k: v for k, v in match.kwargs.items() if k != "export"}
+    try:
+        return reverse(name, kwargs=kwargs)
+    except NoReverseMatch:
+        return ""
+
+
+def export_csv(
+    request: HttpRequest, spec: ListSpec, queryset: QuerySet, filename: str, run: Run | None = None
+) -> StreamingHttpResponse:
+    """The list's rows as CSV, streamed: the page's filterset, search and order, every page."""
+    listing = bind(request, spec, queryset, run=run, export=True)
+    if listing.status != 200:
+        problems = "; ".join(
+            f"{name}: {' '.join(errors)}" for name, errors in listing.form.errors.items()
+        )
+        raise BadList(f"these filters cannot be used: {problems}")
+    response = StreamingHttpResponse(listing.csv_lines(), content_type="text/csv; charset=utf-8")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)
+    response["Content-Disposition"] = f'attachment; filename="{safe}.csv"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def _url_key(qs: QuerySet) -> QuerySet:
@@ -464,8 +599,29 @@ def _newest(label: str = "Newest") -> dict[str, Sort]:
     }
 
 
+def _columns(*pairs: str) -> tuple[Column, ...]:
+    """Column("a", "a"), ... from "a", "b", or "header=path" where they differ."""
+    return tuple(
+        Column(*pair.split("=", 1)) if "=" in pair else Column(pair, pair) for pair in pairs
+    )
+
+
 RUNS = ListSpec(
-    "runs", RunFilter, _newest(), search_help="dataset name, task key, observation key, job id"
+    "runs",
+    RunFilter,
+    _newest(),
+    _columns(
+        "id=pk",
+        "dataset=dataset.name",
+        "window",
+        "state=acceptance_state",
+        "task_total",
+        "scraper_version",
+        "created_at",
+        "accepted_at",
+        "published_at",
+    ),
+    search_help="dataset name, task key, observation key, job id",
 )
 # A run's tasks. Each order is one index range scan from the cursor on:
 # - one state chosen: task order, task_run_state_idx (run, state, id), or with a partition
@@ -494,12 +650,30 @@ def _task_default(params: QueryDict) -> str:
     return "state" if params.get("partition") else "url"
 
 
+def _task_search_help() -> str:
+    url = "any part of the URL" if contains_search() else "URL or its beginning"
+    return f"{url}, task key, entity key, observation key, job id"
+
+
+TASK_COLUMNS = _columns(
+    "id=pk",
+    "run=run_id",
+    "url",
+    "state",
+    "partition",
+    "page_type",
+    "attempts=attempt_count",
+    "error_class=last_error_class",
+    "http_status=last_http_status",
+    "state_changed_at",
+)
 TASKS = ListSpec(
     "tasks",
     TaskFilter,
     {**_BY_URL, **_BY_ID, **_BY_STATE},
+    TASK_COLUMNS,
     prepare=_url_key,
-    search_help="URL or its beginning, task key, entity key, observation key, job id",
+    search_help=_task_search_help,
     pick_default=_task_default,
 )
 # The quarantine page's tasks: its base queryset holds one state, so id order always applies.
@@ -511,11 +685,30 @@ QUARANTINE_TASKS = ListSpec(
         "-id": Sort("Task, newest", keyset.Order(("id",), descending=True)),
         **_BY_URL,
     },
+    TASK_COLUMNS,
     prepare=_url_key,
     search_help=TASKS.search_help,
 )
 RECONCILE_LIST = ListSpec(
-    "reconcile", RemoteJobFilter, _newest(), search_help="provider job id", jump=False
+    "reconcile",
+    RemoteJobFilter,
+    _newest(),
+    _columns(
+        "job=pk",
+        "run=run_id",
+        "task=attempt.task_id",
+        "provider",
+        "kind",
+        "provider_job_id",
+        "state",
+        "submitted_at",
+        "replaces=replaces_id",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+    ),
+    search_help="provider job id",
+    jump=False,
 )
 # Outbox events newest first through outbox_created_idx (created_at, id).
 DELIVERIES = ListSpec(
@@ -525,6 +718,17 @@ DELIVERIES = ListSpec(
         "-created": Sort("Newest", keyset.Order(("created_at", "id"), descending=True)),
         "created": Sort("Oldest", keyset.Order(("created_at", "id"), descending=False)),
     },
+    # Not the destination or payload: a destination URL may carry a credential.
+    _columns(
+        "event=pk",
+        "run=run_id",
+        "event_type",
+        "state",
+        "attempts",
+        "created_at",
+        "delivered_at",
+        "last_error",
+    ),
     search_help="event id or its beginning",
     jump=False,
 )
@@ -539,6 +743,17 @@ WORKERS = ListSpec(
         "worker": Sort("Worker", keyset.Order(("worker",), descending=False)),
         "-worker": Sort("Worker, descending", keyset.Order(("worker",), descending=True)),
     },
+    _columns(
+        "worker",
+        "kind",
+        "hostname",
+        "pid",
+        "started_at",
+        "last_seen",
+        "stopped_at",
+        "claimed",
+        "committed",
+    ),
     search_help="worker name or its beginning",
     jump=False,
 )
@@ -550,6 +765,7 @@ AUDIT = ListSpec(
         "-at": Sort("Newest", keyset.Order(("at", "id"), descending=True)),
         "at": Sort("Oldest", keyset.Order(("at", "id"), descending=False)),
     },
+    _columns("id=pk", "at", "actor", "action", "object_type", "object_id", "reason"),
     search_help="words of the reason",
     jump=False,
 )
@@ -560,6 +776,7 @@ DATASETS = ListSpec(
         "name": Sort("Name", keyset.Order(("name",), descending=False)),
         "-name": Sort("Name, descending", keyset.Order(("name",), descending=True)),
     },
+    _columns("name", "provider", "spec_sha256", "auto_accept", "created_at", "updated_at"),
     search_help="dataset name or its beginning",
     jump=False,
 )

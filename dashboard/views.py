@@ -127,8 +127,11 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required("recovery.view_run", raise_exception=True)
-def runs(request: HttpRequest) -> HttpResponse:
-    listing = lists.bind(request, lists.RUNS, Run.objects.select_related("dataset"))
+def runs(request: HttpRequest, export: bool = False) -> HttpResponse:
+    qs = Run.objects.select_related("dataset")
+    if export:
+        return lists.export_csv(request, lists.RUNS, qs, "runs")
+    listing = lists.bind(request, lists.RUNS, qs)
     if listing.redirect:
         return redirect(listing.redirect)
     stats = figures.run_figures(listing.rows)
@@ -148,9 +151,13 @@ def runs(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required(("recovery.view_run", "recovery.view_task"), raise_exception=True)
-def run_tasks(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_tasks(request: HttpRequest, run_id: int, export: bool = False) -> HttpResponse:
     """A run's tasks: filter by state, partition, page type, error class; search by URL or key."""
     run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
+    if export:
+        return lists.export_csv(
+            request, lists.TASKS, _task_rows(run), f"run{run.pk}-tasks", run=run
+        )
     listing = lists.bind(request, lists.TASKS, _task_rows(run), run=run)
     if listing.redirect:
         return redirect(listing.redirect)
@@ -353,9 +360,14 @@ def glossary(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required(("recovery.view_run", "recovery.view_task"), raise_exception=True)
-def quarantine(request: HttpRequest, run_id: int) -> HttpResponse:
+def quarantine(request: HttpRequest, run_id: int, export: bool = False) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("dataset"), pk=run_id)
     state = TaskState.DEAD if request.GET.get("state") == "dead" else TaskState.QUARANTINED
+    if export:
+        rows = _task_rows(run).filter(state=state)
+        return lists.export_csv(
+            request, lists.QUARANTINE_TASKS, rows, f"run{run.pk}-{state}", run=run
+        )
 
     grid = counters.by_partition(run.pk)
     flags = {p.name: p for p in RunPartition.objects.filter(run=run)[:5000]}
@@ -553,8 +565,10 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required("recovery.view_remotejob", raise_exception=True)
-def reconcile(request: HttpRequest) -> HttpResponse:
+def reconcile(request: HttpRequest, export: bool = False) -> HttpResponse:
     qs = RemoteJob.objects.select_related("attempt__task", "run__dataset", "replaces")
+    if export:
+        return lists.export_csv(request, lists.RECONCILE_LIST, qs, "reconcile")
     listing = lists.bind(request, lists.RECONCILE_LIST, qs)
     return render(
         request,
@@ -691,10 +705,11 @@ def attempt_screenshot(request: HttpRequest, task_id: int, attempt_id) -> HttpRe
 @login_required
 @require_GET
 @permission_required("recovery.view_outboxevent", raise_exception=True)
-def deliveries(request: HttpRequest) -> HttpResponse:
-    listing = lists.bind(
-        request, lists.DELIVERIES, OutboxEvent.objects.select_related("run__dataset")
-    )
+def deliveries(request: HttpRequest, export: bool = False) -> HttpResponse:
+    qs = OutboxEvent.objects.select_related("run__dataset")
+    if export:
+        return lists.export_csv(request, lists.DELIVERIES, qs, "deliveries")
+    listing = lists.bind(request, lists.DELIVERIES, qs)
     return render(
         request,
         "dashboard/deliveries.html",
@@ -739,7 +754,9 @@ def delivery_lookup(request: HttpRequest, event_id) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required(("recovery.view_workerheartbeat", "recovery.view_task"), raise_exception=True)
-def workers(request: HttpRequest) -> HttpResponse:
+def workers(request: HttpRequest, export: bool = False) -> HttpResponse:
+    if export:
+        return lists.export_csv(request, lists.WORKERS, WorkerHeartbeat.objects.all(), "workers")
     now = timezone.now()
     listing = lists.bind(request, lists.WORKERS, WorkerHeartbeat.objects.all())
     for row in listing.rows:
@@ -769,7 +786,9 @@ def workers(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 @permission_required("recovery.export_dataset", raise_exception=True)
-def exports(request: HttpRequest) -> HttpResponse:
+def exports(request: HttpRequest, export: bool = False) -> HttpResponse:
+    if export:
+        return lists.export_csv(request, lists.DATASETS, Dataset.objects.all(), "datasets")
     listing = lists.bind(request, lists.DATASETS, Dataset.objects.all())
     rows = []
     for dataset in listing.rows:
@@ -822,7 +841,9 @@ def export_download(request: HttpRequest, run_id: int, fmt: str) -> HttpResponse
 @login_required
 @require_GET
 @permission_required("recovery.view_audit", raise_exception=True)
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: HttpRequest, export: bool = False) -> HttpResponse:
+    if export:
+        return lists.export_csv(request, lists.AUDIT, AuditEntry.objects.all(), "audit")
     listing = lists.bind(request, lists.AUDIT, AuditEntry.objects.all())
     return render(request, "dashboard/audit.html", {"listing": listing}, status=listing.status)
 

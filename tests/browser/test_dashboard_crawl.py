@@ -3,6 +3,8 @@ reach from the home page, on a world with a 2,400-task run made through the prod
 create_run, claim and commit paths.
 
 For every page: no 5xx, no script error, no malformed href (`??`, an empty query key or value).
+Each list's "export CSV" link is fetched too (a download, not a page): a CSV whose rows pass the
+link's filters.
 A pager's next page shows rows the previous page did not; a filter link shows only rows that
 match it (rows carry their filterable values as data- attributes). Search finds a task by URL
 prefix, by exact URL and by task key. Screenshots of the main pages at 1366 and 390 px wide go
@@ -11,6 +13,8 @@ to test-output/screenshots/ (the README's set is copied to docs/screenshots/).
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from collections import Counter
 from urllib.parse import parse_qsl, urljoin, urlsplit
@@ -127,6 +131,20 @@ def _check_filters(page, url: str) -> None:
         assert all(v == params[name] for v in present), f"{url}: {name} rows {Counter(present)}"
 
 
+def _check_export(page, url: str) -> int:
+    """A list's CSV link: a download (the browser would save it) whose rows match its filters."""
+    response = page.request.get(url)
+    assert response.status == 200, f"{url} answered {response.status}"
+    assert response.headers["content-type"].startswith("text/csv"), url
+    assert response.headers["content-disposition"].startswith("attachment;"), url
+    rows = list(csv.DictReader(io.StringIO(response.text())))
+    params = dict(parse_qsl(urlsplit(url).query))
+    for name in ("state", "partition", "page_type", "error_class", "event_type", "run", "actor"):
+        if name in params and rows and name in rows[0]:
+            assert {r[name] for r in rows} == {params[name]}, f"{url}: {name}"
+    return response.status
+
+
 def crawl(page, base: str) -> dict[str, int]:
     """Breadth-first over same-origin links from the home page. Returns {url: status}."""
     seen: dict[str, int] = {}
@@ -138,6 +156,9 @@ def crawl(page, base: str) -> dict[str, int]:
     while queue and len(seen) < MAX_PAGES:
         url = queue.pop(0)
         if url in seen:
+            continue
+        if urlsplit(url).path.endswith(".csv"):
+            seen[url] = _check_export(page, url)
             continue
         response = page.goto(url)
         status = response.status if response else 0
@@ -191,6 +212,12 @@ def test_every_link_a_role_can_reach_works(world, live_server, page, role):
         assert any(urlsplit(u).path == big_tasks and "after=" in u for u in seen), sorted(seen)
         assert any("state=" in u for u in seen)
         assert any("partition=" in u for u in seen)
+        # Each list's export link was followed and answered a CSV.
+        exported = {urlsplit(u).path for u in seen if urlsplit(u).path.endswith(".csv")}
+        assert any(re.fullmatch(r"/runs/\d+/tasks\.csv", p) for p in exported), sorted(exported)
+        assert {"/runs.csv", "/reconcile.csv", "/deliveries.csv", "/workers.csv"} <= exported
+    else:
+        assert "/exports.csv" in {urlsplit(u).path for u in seen}
 
 
 def test_search_finds_tasks_and_main_pages_fit_1366_and_390_px(

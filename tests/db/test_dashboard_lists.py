@@ -5,6 +5,7 @@ cursor, sort or filter value a list cannot use. Runs on SQLite and PostgreSQL.""
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -291,3 +292,42 @@ def test_deliveries_find_an_event_by_its_id_or_its_beginning(world):
     event = world.failed_event
     for q in (str(event.pk), str(event.pk)[:8], str(event.pk).upper()):
         assert [e.pk for e in client.get(url, {"q": q}).context["listing"].rows] == [event.pk]
+
+
+def test_a_url_search_without_a_scheme_finds_any_part_on_postgresql_and_the_start_elsewhere(
+    world,
+):
+    from dashboard import lists
+
+    make_tasks(world.run, 5, partition="zeta.test", host="zeta.test")
+    make_tasks(world.run, 5, partition="zeta.test", host="shop.zeta.test")
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    page = client.get(url)
+    found = {t.url for t in client.get(url, {"q": "zeta.test/item/"}).context["listing"].rows}
+    # A scheme always means "the URL begins with".
+    begins = {t.url for t in client.get(url, {"q": "http://zeta.test/"}).context["listing"].rows}
+    assert len(begins) == 5 and all(u.startswith("http://zeta.test/") for u in begins)
+    if connection.vendor == "postgresql":
+        assert lists.contains_search()
+        assert len(found) == 10 and all("zeta.test/item/" in u for u in found)
+        assert b"any part of the URL" in page.content
+        # Text, never a pattern: % and _ match themselves only.
+        assert client.get(url, {"q": "zeta%item"}).context["listing"].rows == []
+        with CaptureQueriesContext(connection) as captured:
+            client.get(url, {"q": "zeta.test/item/"})
+        (sql,) = [q["sql"] for q in captured.captured_queries if "LIKE" in q["sql"]]
+        # The search's own predicate, alone (a test run is too small for the planner to
+        # prefer it over the run's indexes): the trigram index serves it as written.
+        (like,) = re.findall(r'"recovery_task"\."url"\S* LIKE \'[^\']*\'', sql)
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN SELECT id FROM recovery_task WHERE " + like)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Bitmap Index Scan on task_url_trgm_idx" in plan, plan
+    else:
+        assert not lists.contains_search()
+        # SQLite: the beginning only (after http:// or https://), and the page says so.
+        assert found == begins
+        assert client.get(url, {"q": "test/item/"}).context["listing"].rows == []
+        assert b"searches by beginning only" in page.content
