@@ -7,8 +7,8 @@ schema comment on each index names the list), and the keyset cursor follows the 
 
 Search (`q`): an exact key goes straight to its object (a task key or observation key anywhere,
 and inside a run a URL, an entity key or a provider job id); otherwise each list narrows by its
-own indexed search (a run's tasks by URL prefix, or on PostgreSQL by any part of the URL; the
-reconcile queue by provider job id prefix).
+own indexed search (a run's tasks by URL prefix, or with match=contains on PostgreSQL by any part
+of the URL; the reconcile queue by provider job id prefix).
 
 Export: each list's CSV (`<list URL>.csv`, the same view with `export=True`) is the same bound
 filterset in the same order, read keyset page by keyset page, so it holds exactly the rows the
@@ -27,7 +27,8 @@ from typing import Any
 import django_filters
 from django.core.exceptions import BadRequest
 from django.db import connections
-from django.db.models import Func, QuerySet, TextField
+from django.db.models import Func, QuerySet, TextField, Value
+from django.db.models.functions import Concat
 from django.forms import SearchInput, TextInput
 from django.http import HttpRequest, QueryDict, StreamingHttpResponse
 from django.urls import NoReverseMatch, reverse
@@ -141,6 +142,14 @@ class RunFilter(SearchFilterSet):
 
 
 class TaskFilter(SearchFilterSet):
+    # How the search box reads a URL: its beginning (default; a range of task_run_url_idx) or,
+    # on PostgreSQL with the trigram index, any part of it. Removed where it cannot be served.
+    match = django_filters.ChoiceFilter(
+        method="keep",
+        choices=[("contains", "contains")],
+        empty_label="begins with",
+        label="URL",
+    )
     state = django_filters.ChoiceFilter(choices=_blank(TaskState.choices), empty_label="any")
     partition = django_filters.CharFilter(max_length=200)
     page_type = django_filters.CharFilter(max_length=64)
@@ -152,15 +161,21 @@ class TaskFilter(SearchFilterSet):
         model = Task
         fields: list[str] = []
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not contains_search(self.queryset.db):
+            del self.filters["match"]
+
+    def keep(self, qs, name, value):
+        return qs  # read by search()
+
     def search(self, qs, name, value):
-        """URL prefix through task_run_url_idx; without a scheme, on PostgreSQL any part of
-        the URL through the trigram index, elsewhere the prefix after http:// or https://."""
+        """URL prefix through task_run_url_idx (without a scheme: after http:// or https://),
+        or with match=contains any part of the URL through the trigram index."""
+        if "match" in self.filters and self.form.cleaned_data.get("match") == "contains":
+            return self._contains(qs, value)
         if "://" in value:
             return self._prefix(qs, value)
-        if len(value) >= CONTAINS_MIN and contains_search(qs.db):
-            # LIKE, which task_url_trgm_idx serves (Django's icontains is UPPER(url) LIKE, which
-            # it would not); case-sensitive; % and _ are escaped, so text is never a pattern.
-            return qs.filter(url__contains=value)
         # Without a scheme: the schemes that have a match (one index probe each), so the usual
         # case stays one ordered range scan rather than a union to sort.
         tried = [self._prefix(qs, f"{scheme}://{value}") for scheme in ("https", "http")]
@@ -168,6 +183,19 @@ class TaskFilter(SearchFilterSet):
         if not found:
             return tried[0]
         return found[0] if len(found) == 1 else found[0] | found[1]
+
+    @staticmethod
+    def _contains(qs, part: str):
+        if len(part) < CONTAINS_MIN:
+            # No trigram to look up: the index cannot narrow it, so it is refused, not scanned.
+            return qs.none()
+        # LIKE, which task_url_trgm_idx serves (Django's icontains is UPPER(url) LIKE, which it
+        # would not); case-sensitive; % and _ are escaped, so text is never a pattern. The sort
+        # key is re-annotated as the same value in an expression no btree indexes: otherwise
+        # PostgreSQL may walk task_run_url_idx in order hoping to meet matches early, and when
+        # the matches sit late in URL order (one host's tasks) it reads most of the run. Read
+        # through the trigram index, the cost follows the number of matches.
+        return qs.filter(url__contains=part).annotate(url_key=UrlKey(Concat("url", Value(""))))
 
     @staticmethod
     def _prefix(qs, prefix: str):
@@ -399,7 +427,7 @@ class ListSpec:
     sorts: dict[str, Sort]  # by `?sort=` value; the first is the default
     columns: tuple[Column, ...]  # the CSV export's columns
     prepare: Callable[[QuerySet], QuerySet] | None = None  # annotations the sorts need
-    search_help: str | Callable[[], str] = "search"  # a callable: it depends on the database
+    search_help: str = "search"
     jump: bool = True  # an exact key in `q` redirects to its object
     # The default order for the current filters (None: the first usable sort).
     pick_default: Callable[[QueryDict], str] | None = None
@@ -538,8 +566,7 @@ def bind(
     if spec.prepare is not None:
         queryset = spec.prepare(queryset)
     filterset = spec.filterset(params, queryset=queryset)
-    placeholder = spec.search_help() if callable(spec.search_help) else spec.search_help
-    filterset.form.fields["q"].widget.attrs.update(placeholder=placeholder)
+    filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help)
     listing = Listing(spec=spec, params=params, filterset=filterset, sort=sort)
     listing.export_path = _export_path(request)
     if not filterset.is_valid():
@@ -645,14 +672,12 @@ _BY_STATE = {
 
 
 def _task_default(params: QueryDict) -> str:
+    if params.get("q"):
+        # A search is a URL range (or trigram matches): URL order reads the range in order.
+        return "url"
     if params.get("state"):
         return "id"
     return "state" if params.get("partition") else "url"
-
-
-def _task_search_help() -> str:
-    url = "any part of the URL" if contains_search() else "URL or its beginning"
-    return f"{url}, task key, entity key, observation key, job id"
 
 
 TASK_COLUMNS = _columns(
@@ -673,7 +698,7 @@ TASKS = ListSpec(
     {**_BY_URL, **_BY_ID, **_BY_STATE},
     TASK_COLUMNS,
     prepare=_url_key,
-    search_help=_task_search_help,
+    search_help="URL or its beginning, task key, entity key, observation key, job id",
     pick_default=_task_default,
 )
 # The quarantine page's tasks: its base queryset holds one state, so id order always applies.

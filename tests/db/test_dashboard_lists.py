@@ -294,28 +294,39 @@ def test_deliveries_find_an_event_by_its_id_or_its_beginning(world):
         assert [e.pk for e in client.get(url, {"q": q}).context["listing"].rows] == [event.pk]
 
 
-def test_a_url_search_without_a_scheme_finds_any_part_on_postgresql_and_the_start_elsewhere(
-    world,
-):
+def test_a_url_search_finds_any_part_with_contains_on_postgresql_and_the_start_elsewhere(world):
     from dashboard import lists
 
     make_tasks(world.run, 5, partition="zeta.test", host="zeta.test")
     make_tasks(world.run, 5, partition="zeta.test", host="shop.zeta.test")
     client = _client(world, "operator")
     url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
-    page = client.get(url)
-    found = {t.url for t in client.get(url, {"q": "zeta.test/item/"}).context["listing"].rows}
-    # A scheme always means "the URL begins with".
-    begins = {t.url for t in client.get(url, {"q": "http://zeta.test/"}).context["listing"].rows}
+
+    def urls(**params) -> set[str]:
+        response = client.get(url, params)
+        assert response.status_code == 200
+        return {t.url for t in response.context["listing"].rows}
+
+    begins = urls(q="zeta.test/item/")  # without match=contains: the beginning
     assert len(begins) == 5 and all(u.startswith("http://zeta.test/") for u in begins)
+    page = client.get(url)
     if connection.vendor == "postgresql":
         assert lists.contains_search()
+        assert b'name="match"' in page.content and b"any part of a URL" in page.content
+        found = urls(q="zeta.test/item/", match="contains")
         assert len(found) == 10 and all("zeta.test/item/" in u for u in found)
-        assert b"any part of the URL" in page.content
-        # Text, never a pattern: % and _ match themselves only.
-        assert client.get(url, {"q": "zeta%item"}).context["listing"].rows == []
+        # Text, never a pattern: % and _ match themselves only; under 3 characters, nothing.
+        assert urls(q="zeta%item", match="contains") == set()
+        assert urls(q="ze", match="contains") == set()
+        # The export shares the filterset: the same rows.
+        export = client.get(
+            reverse("dashboard:run_tasks_csv", kwargs={"run_id": world.run.pk}),
+            {"q": "zeta.test/item/", "match": "contains"},
+        )
+        body = b"".join(export.streaming_content).decode()
+        assert {line.split(",")[2] for line in body.splitlines()[1:]} == found
         with CaptureQueriesContext(connection) as captured:
-            client.get(url, {"q": "zeta.test/item/"})
+            client.get(url, {"q": "zeta.test/item/", "match": "contains"})
         (sql,) = [q["sql"] for q in captured.captured_queries if "LIKE" in q["sql"]]
         # The search's own predicate, alone (a test run is too small for the planner to
         # prefer it over the run's indexes): the trigram index serves it as written.
@@ -327,7 +338,8 @@ def test_a_url_search_without_a_scheme_finds_any_part_on_postgresql_and_the_star
         assert "Bitmap Index Scan on task_url_trgm_idx" in plan, plan
     else:
         assert not lists.contains_search()
-        # SQLite: the beginning only (after http:// or https://), and the page says so.
-        assert found == begins
-        assert client.get(url, {"q": "test/item/"}).context["listing"].rows == []
-        assert b"searches by beginning only" in page.content
+        # SQLite: no contains choice; the beginning only, and the page says so.
+        assert b'name="match"' not in page.content
+        assert b"by their beginning only" in page.content
+        assert urls(q="zeta.test/item/", match="contains") == begins
+        assert urls(q="test/item/") == set()
