@@ -60,14 +60,14 @@ HEX_KEY = re.compile(r"[0-9a-f]{64}")
 SEARCH_MAX = 2000
 # A trigram index can only narrow a search of at least one trigram (three characters).
 CONTAINS_MIN = 3
-TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migration 0018
+TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migration 0019
 _contains_ok: dict[str, bool] = {}
 
 
 def contains_search(alias: str = "default") -> bool:
     """Whether a run's tasks can be searched by any part of the URL on this database.
 
-    Only on PostgreSQL with the trigram index of migration 0018 (it needs pg_trgm); without it
+    Only on PostgreSQL with the trigram index of migration 0019 (it needs pg_trgm); without it
     `LIKE '%part%'` would read every task of the run, so the search stays a prefix range.
     """
     if alias not in _contains_ok:

@@ -31,7 +31,7 @@ def add_trigram_index(apps, schema_editor):
                 print(
                     f"\n  pg_trgm could not be created ({error}); the task list keeps the "
                     "URL-prefix search. A superuser can run CREATE EXTENSION pg_trgm and "
-                    "migrate recovery 0017 then 0018 again.",
+                    "migrate recovery 0018 then 0019 again.",
                     file=sys.stderr,
                 )
                 return
@@ -48,7 +48,7 @@ def drop_trigram_index(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("recovery", "0017_task_crash_count"),
+        ("recovery", "0018_sitemap_discovery"),
     ]
 
     operations = [
