@@ -9,7 +9,8 @@ transaction as the file's own commit. A restart therefore resumes with the files
 committed and never fetches a committed one again; URLs are keyed by keys.task_key like a
 manifest's lines, so a URL listed in two files (or in the manifest too) is one task.
 
-The protocol's limits are enforced, never truncated: a file over 50,000 entries or over
+A text sitemap (the protocol's other format: one URL a line, UTF-8) is read as a urlset without
+dates. The protocol's limits are enforced, never truncated: a file over 50,000 entries or over
 50 MB uncompressed (`MAX_BYTES`, also the cap on a gzip file's decompressed size: a gzip bomb
 stops there) is `too_large`; XML that does not parse, has a DOCTYPE (sitemaps have none, and
 entities are how XML bombs work), or whose root is not `<urlset>`/`<sitemapindex>` is
@@ -187,6 +188,8 @@ def parse(body: bytes, base_url: str, *, max_entries: int = MAX_ENTRIES) -> Pars
             ErrorClass.TOO_LARGE,
             f"sitemap: {len(data):,} bytes, over the protocol's {MAX_BYTES:,}-byte limit",
         )
+    if not data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        return _text(data, base_url, max_entries)
     context = etree.iterparse(
         io.BytesIO(data),
         events=("start", "end"),
@@ -238,6 +241,35 @@ def parse(body: bytes, base_url: str, *, max_entries: int = MAX_ENTRIES) -> Pars
     if parsed is None:
         raise SitemapError(ErrorClass.SITEMAP_INVALID, "sitemap: empty file")
     return parsed
+
+
+def _text(data: bytes, base_url: str, max_entries: int) -> Parsed:
+    """The protocol's text format: one URL a line, UTF-8 (no lastmod)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SitemapError(
+            ErrorClass.SITEMAP_INVALID,
+            f"sitemap: neither XML nor a UTF-8 text sitemap (byte {exc.start} is not UTF-8)",
+        ) from None
+    lines = [line.strip() for line in text.split("\n")]
+    lines = [line for line in lines if line]
+    if not lines:
+        # A 200 with nothing in it is a broken server more often than an empty catalogue.
+        raise SitemapError(ErrorClass.SITEMAP_INVALID, "sitemap: empty file")
+    if len(lines) > max_entries:
+        raise SitemapError(
+            ErrorClass.TOO_LARGE,
+            f"sitemap: a text sitemap of {len(lines):,} lines, more than the protocol's "
+            f"{max_entries:,} URLs per file: refused, nothing read from it",
+        )
+    if not any(line.lower().startswith(("http://", "https://")) for line in lines):
+        raise SitemapError(
+            ErrorClass.SITEMAP_INVALID,
+            f"sitemap: neither XML nor a text sitemap (no line is an http(s) URL; the first "
+            f"is {lines[0][:80]!r})",
+        )
+    return Parsed(kind="urlset", entries=[Entry(line, None) for line in lines])
 
 
 def _root_kind(root) -> Parsed:

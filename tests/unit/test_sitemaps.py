@@ -157,3 +157,21 @@ def test_other_namespaces_inside_an_entry_are_ignored_and_bad_locs_are_counted()
     ]
     assert outcome.artefact["sitemap"]["unusable"] == 1
     assert "ftp" in outcome.artefact["reason"]
+
+
+def test_it_reads_the_text_format_and_refuses_text_that_lists_no_url():
+    body = "\ufeffhttp://shop.example/p/1\n\n  https://shop.example/p/2  \nnot a url\n".encode()
+    outcome = read(gzip.compress(body))
+    assert [d.url for d in outcome.discovered] == [
+        "http://shop.example/p/1",
+        "https://shop.example/p/2",
+    ]
+    assert outcome.artefact["sitemap"]["unusable"] == 1
+    with pytest.raises(sitemaps.SitemapError, match="no line is an http") as err:
+        sitemaps.parse(b'{"urls": []}\n', BASE)
+    assert err.value.error_class == ErrorClass.SITEMAP_INVALID
+    with pytest.raises(sitemaps.SitemapError, match="byte 3 is not UTF-8"):
+        sitemaps.parse(b"htt\xff", BASE)
+    lines = "".join(f"http://shop.example/p/{i}\n" for i in range(sitemaps.MAX_ENTRIES + 1))
+    with pytest.raises(sitemaps.SitemapError, match="a text sitemap of 50,001 lines"):
+        sitemaps.parse(lines.encode(), BASE)
