@@ -280,10 +280,13 @@ def test_dashboard_bench():
         "tasks_middle",
         "tasks_search",
         "tasks_search_host",
+        "tasks_contains",
+        "tasks_contains_broad",
         "tasks_exact_url",
         "tasks_quarantined",
         "tasks_partition",
         "tasks_partition_only",
+        "export_first_chunk",
     }
     # Each task list reports the indexes its queries read (EXPLAIN-checked).
     assert all(isinstance(pages[p]["indexes"], list) for p in pages)
