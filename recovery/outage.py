@@ -191,11 +191,16 @@ def probe_broker() -> None:
     url = settings.Q_CLUSTER.get("redis")
     if not url:
         return
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-    try:
-        client.ping()
-    finally:
-        client.close()
+    # One client per process (qcluster probes twice a second); its pool reconnects by itself.
+    client = _probe_clients.get(url)
+    if client is None:
+        client = _probe_clients[url] = redis.Redis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=2
+        )
+    client.ping()
+
+
+_probe_clients: dict[str, redis.Redis] = {}
 
 
 def resource_of(exc: BaseException) -> tuple[str, Callable[[], None]]:
