@@ -221,25 +221,9 @@ class DirectProvider:
         if page_spec is None:
             reason = f"page type {task.page_type!r} is not defined in the dataset spec"
             return _failure(ErrorClass.SELECTOR, reason, None)
-        refusal = await self.robots_refusal(task)
-        if refusal is not None:
-            return refusal
-        try:
-            page = await self.fetcher.fetch(task.url)
-        except FetchError as exc:
-            return Outcome(
-                http_status=exc.context.get("status"),
-                error_class=exc.error_class,
-                error_detail=redact(exc.detail),
-                artefact=artefact(None, exc.detail, context=exc.context),
-            )
-        error_class = classify_status(page.status)
-        if error_class is not None:
-            outcome = _failure(error_class, f"HTTP {page.status}", page)
-            if page.status in (429, 503):
-                # RFC 9110 gives Retry-After to both; the engine waits that long, capped.
-                outcome.retry_after = retry_after_seconds(page)
-            return outcome
+        page = await self.fetch_ok(task)
+        if isinstance(page, Outcome):
+            return page
         try:
             text, _encoding, _lossy = page.text()
         except FetchError as exc:
@@ -277,24 +261,9 @@ class DirectProvider:
         config = task.navigation.get("sitemap")
         if not isinstance(config, dict) or not config.get("page_type"):
             return _failure(ErrorClass.INTERNAL, "sitemap task without its configuration", None)
-        refusal = await self.robots_refusal(task)
-        if refusal is not None:
-            return refusal
-        try:
-            page = await self.fetcher.fetch(task.url, max_bytes=sitemaps.MAX_BYTES)
-        except FetchError as exc:
-            return Outcome(
-                http_status=exc.context.get("status"),
-                error_class=exc.error_class,
-                error_detail=redact(exc.detail),
-                artefact=artefact(None, exc.detail, context=exc.context),
-            )
-        error_class = classify_status(page.status)
-        if error_class is not None:
-            outcome = _failure(error_class, f"HTTP {page.status}", page)
-            if page.status in (429, 503):
-                outcome.retry_after = retry_after_seconds(page)
-            return outcome
+        page = await self.fetch_ok(task, max_bytes=sitemaps.MAX_BYTES)
+        if isinstance(page, Outcome):
+            return page
         try:
             # CPU-bound (~0.1 s for 50,000 URLs), like a page's extraction.
             parsed = sitemaps.parse(page.body, page.url)
@@ -306,6 +275,30 @@ class DirectProvider:
             config=config,
             partition_for=lambda url: self.partition_for(task, url),
         )
+
+    async def fetch_ok(self, task: TaskInput, **limits: Any) -> Page | Outcome:
+        """The task's page when robots.txt allows it and it answered 2xx; otherwise the
+        outcome that files the refusal, the fetch error or the HTTP status."""
+        refusal = await self.robots_refusal(task)
+        if refusal is not None:
+            return refusal
+        try:
+            page = await self.fetcher.fetch(task.url, **limits)
+        except FetchError as exc:
+            return Outcome(
+                http_status=exc.context.get("status"),
+                error_class=exc.error_class,
+                error_detail=redact(exc.detail),
+                artefact=artefact(None, exc.detail, context=exc.context),
+            )
+        error_class = classify_status(page.status)
+        if error_class is not None:
+            outcome = _failure(error_class, f"HTTP {page.status}", page)
+            if page.status in (429, 503):
+                # RFC 9110 gives Retry-After to both; the engine waits that long, capped.
+                outcome.retry_after = retry_after_seconds(page)
+            return outcome
+        return page
 
     def offset_walk_ended(
         self, task: TaskInput, page_spec: dict[str, Any], outcome: Outcome
