@@ -337,8 +337,12 @@ def run_forever(
     stop: threading.Event | None = None,
     provider_factory: ProviderFactory | None = None,
     extra_steps: tuple[StepFn, ...] = (),
+    stats: LoopStats | None = None,
 ) -> LoopStats:
     """The foreground worker loop (`manage.py work`).
+
+    Counts into `stats` as it goes, so a caller that runs the loop again after a database
+    outage (which ends it with an exception) keeps what was done before.
 
     Each iteration runs a batch, then STEPS, then `extra_steps` (this loop's own, e.g. the
     terminal progress display of recovery.progress.watch_worker).
@@ -350,7 +354,7 @@ def run_forever(
     worker_id = worker_id or new_worker_id()
     stop = stop or threading.Event()
     idle_wait = float(settings.SALVAGE_LEASE_SECONDS if idle_wait is None else idle_wait)
-    stats = LoopStats()
+    stats = LoopStats() if stats is None else stats
     leases.touch_worker(worker_id)
     last_touch = time.monotonic()
     sleep = 0.05

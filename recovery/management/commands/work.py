@@ -61,10 +61,10 @@ class Command(BaseCommand):
                         idle_wait=options["idle_wait"],
                         stop=stop,
                         extra_steps=(watch,),
+                        stats=stats,
                     )
                 )
                 if part is not None:
-                    stats = add_stats(stats, part)
                     break
         except outage.DatabaseOutage as exc:
             raise CommandError(str(exc), returncode=1) from None
@@ -74,9 +74,3 @@ class Command(BaseCommand):
             f"worker {worker_id}: {stats.batches} batches, {stats.tasks} tasks claimed, "
             f"{stats.committed} committed, {stats.lost} lost leases"
         )
-
-
-def add_stats(a: worker.LoopStats, b: worker.LoopStats) -> worker.LoopStats:
-    return worker.LoopStats(
-        a.batches + b.batches, a.tasks + b.tasks, a.committed + b.committed, a.lost + b.lost
-    )

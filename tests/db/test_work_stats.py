@@ -1,0 +1,26 @@
+"""`manage.py work` reports what it did across database outages (the loop restarts)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError
+
+from recovery import worker
+from tests.factories import make_run, make_tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_loop_counts_into_the_callers_stats_before_an_outage_ends_it():
+    run = make_run()
+    make_tasks(run, 6)
+    stats = worker.LoopStats()
+
+    def database_goes_away(worker_id):
+        if stats.committed:
+            raise OperationalError("the database system is shutting down")
+        return False
+
+    with pytest.raises(OperationalError):
+        worker.run_forever("w-outage", batch_size=6, extra_steps=(database_goes_away,), stats=stats)
+    assert (stats.batches, stats.tasks, stats.committed) == (1, 6, 6)
