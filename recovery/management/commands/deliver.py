@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, outage, outbox
+from recovery import liveness, outage, outbox, stopping
 
 
 class Command(BaseCommand):
@@ -27,11 +26,8 @@ class Command(BaseCommand):
             raise CommandError("--interval must be positive", returncode=2)
         stop = threading.Event()
 
-        def request_stop(signum, frame):
-            stop.set()  # the current delivery finishes, then the loop exits 0
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        # SIGTERM/SIGINT: the current delivery finishes, then the loop exits 0
+        stopping.stop_on_signals(stop)
         total = 0
         heartbeat = liveness.start(liveness.WorkerKind.DELIVER)
         # A database restart is waited out (one log line each way); past the limit, one line.

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import dispatch, liveness, outage
+from recovery import dispatch, liveness, outage, stopping
 
 
 class Command(BaseCommand):
@@ -29,11 +28,8 @@ class Command(BaseCommand):
             return
         stop = threading.Event()
 
-        def request_stop(signum, frame):
-            stop.set()  # the current tick finishes, then the loop exits 0
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        # SIGTERM/SIGINT: the current tick finishes, then the loop exits 0
+        stopping.stop_on_signals(stop)
         heartbeat = liveness.start(liveness.WorkerKind.DISPATCH)
         try:
             sent = dispatch.run_dispatcher(

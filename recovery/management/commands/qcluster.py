@@ -15,7 +15,6 @@ SALVAGE_DB_OUTAGE_LIMIT the cluster is stopped and the command exits 1 with one 
 from __future__ import annotations
 
 import os
-import signal
 import threading
 
 from django.conf import settings
@@ -23,7 +22,7 @@ from django.core.management.base import CommandError
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQCommand
 
-from recovery import liveness, outage
+from recovery import liveness, outage, stopping
 
 # How often the command looks at its sentinel and probes the database and broker.
 WATCH_SECONDS = 0.5
@@ -48,11 +47,8 @@ class Command(DjangoQCommand):
             return
         stop = threading.Event()
 
-        def request_stop(signum, frame) -> None:
-            stop.set()  # ends a backoff wait at once; the cluster is stopped below, not here
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        # SIGTERM/SIGINT: ends a backoff wait at once; the cluster is stopped below, not here
+        stopping.stop_on_signals(stop)
         guard = outage.OutageGuard("qcluster", stop=stop)
         heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER)
         try:

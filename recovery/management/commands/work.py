@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, outage, progress, worker
+from recovery import liveness, outage, progress, stopping, worker
 
 
 class Command(BaseCommand):
@@ -36,12 +35,8 @@ class Command(BaseCommand):
             raise CommandError("--idle-wait must not be negative", returncode=2)
         stop = threading.Event()
 
-        def request_stop(signum, frame):
-            # The current step (claim -> execute -> commit) finishes; then the loop exits 0.
-            stop.set()
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        # SIGTERM/SIGINT: the current step (claim, execute, commit) finishes, then the loop exits 0
+        stopping.stop_on_signals(stop)
         worker_id = options["worker_id"] or liveness.new_worker_id()
         watch = progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
         heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
