@@ -103,6 +103,9 @@ def test_parked_tasks_of_each_kind_become_remote_and_counters_equal_a_recount(ol
         TaskCountDelta.objects.create(run=run, partition=partition, state=state, delta=n)
 
     migrate(AFTER)
+    # What follows reads through today's models and claim (a later migration added a Task
+    # column, crash_count): bring the schema up to date; 0011 onwards leave these rows alone.
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("recovery"))
 
     for kind, job in jobs.items():
         held = Task.objects.filter(pk__in=[tasks[f"{kind}-1"].pk, tasks[f"{kind}-2"].pk])
@@ -123,7 +126,7 @@ def test_parked_tasks_of_each_kind_become_remote_and_counters_equal_a_recount(ol
     counters.rebuild(run.pk)
     assert counters.by_partition(run.pk) == migrated
     # No claim reaches a remote task, however due it looks (the worker's expired lease and
-    # the pending task are claimable).
+    # the pending task are claimable; the expired lease is claimed alone, recovery.leases.crashes).
     Task.objects.filter(state="remote").update(next_attempt_at=now - timedelta(days=1))
-    claimed = leases.claim("w2", 50)
-    assert {c.task_id for c in claimed} == {tasks["idle"].pk, tasks["worker"].pk}
+    claimed = [c for _ in range(3) for c in leases.claim("w2", 50)]
+    assert sorted(c.task_id for c in claimed) == sorted([tasks["idle"].pk, tasks["worker"].pk])
