@@ -35,14 +35,15 @@ from django.db import connection
 from recovery import acceptance_steps, faults, leases, remote
 from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
 from recovery.liveness import new_worker_id
-from recovery.providers import get_provider
+from recovery.providers import get_provider, known
 from recovery.providers.base import Outcome, Provider, TaskInput
 
 log = logging.getLogger(__name__)
 
 StepFn = Callable[[str], bool]
-# After each batch: advance runs (acceptance, outbox), then send, poll and import remote jobs.
-STEPS: tuple[StepFn, ...] = (acceptance_steps.advance_step, remote.worker_step)
+# After each batch: advance runs (acceptance, outbox), then send, poll and import remote jobs
+# (skipped while no remote job or remote dataset exists: recovery.remote.jobs).
+STEPS: tuple[StepFn, ...] = (acceptance_steps.advance_step, remote.gated_worker_step)
 # Before `--until-idle` stops: one more advance, and no remote job still live.
 IDLE_CHECKS: tuple[Callable[[], bool], ...] = (
     acceptance_steps.advance_before_idle,
@@ -355,6 +356,9 @@ def run_forever(
     stop = stop or threading.Event()
     idle_wait = float(settings.SALVAGE_LEASE_SECONDS if idle_wait is None else idle_wait)
     stats = LoopStats() if stats is None else stats
+    # Import every provider module now, not inside the first batch's timings and lease.
+    known()
+    remote.forget_presence()  # a new loop asks the database whether remote work exists
     leases.touch_worker(worker_id)
     last_touch = time.monotonic()
     sleep = 0.05

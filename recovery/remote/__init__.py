@@ -18,13 +18,22 @@ from recovery.remote.importing import import_results
 from recovery.remote.jobs import (
     create_job,
     credits_by_run,
+    forget_presence,
     is_remote,
     mark_due,
     provider_for,
     reconcile_queue,
+    remote_work_possible,
 )
 from recovery.remote.poll import claim_due_polls, poll_step, record_poll
-from recovery.remote.steps import dispatch_hook, has_due_work, has_live_jobs, step, worker_step
+from recovery.remote.steps import (
+    dispatch_hook,
+    gated_worker_step,
+    has_due_work,
+    has_live_jobs,
+    step,
+    worker_step,
+)
 from recovery.remote.submit import open_jobs, submit_claimed, submit_step
 
 __all__ = [
@@ -37,7 +46,9 @@ __all__ = [
     "create_job",
     "credits_by_run",
     "dispatch_hook",
+    "forget_presence",
     "fresh_result_url",
+    "gated_worker_step",
     "has_due_work",
     "has_live_jobs",
     "import_results",
@@ -48,6 +59,7 @@ __all__ = [
     "provider_for",
     "reconcile_queue",
     "record_poll",
+    "remote_work_possible",
     "step",
     "submit_claimed",
     "submit_step",

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from recovery.remote.handoff import sync_handoffs
+from recovery.remote.jobs import remote_work_possible
 from recovery.remote.poll import poll_step
 from recovery.remote.submit import claim_unsent, reap_abandoned_sends, send_jobs, submit_step
 from recovery.states.remote_job import POLLABLE, RemoteJobState
@@ -36,6 +37,11 @@ def worker_step(worker_id: str) -> bool:
     polled = poll_step(worker_id)
     handed = sync_handoffs()
     return bool(reaped or unsent or polled or handed)
+
+
+def gated_worker_step(worker_id: str) -> bool:
+    """worker_step, skipped while no remote work can exist (recovery.worker.STEPS)."""
+    return remote_work_possible() and worker_step(worker_id)
 
 
 def has_due_work() -> bool:

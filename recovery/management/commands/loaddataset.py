@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import specs
+from recovery import remote, specs
 
 
 class Command(BaseCommand):
@@ -20,4 +20,5 @@ class Command(BaseCommand):
         except specs.SpecError as exc:
             raise CommandError(str(exc), returncode=2) from None
         dataset, outcome = specs.save_dataset(spec)
+        remote.forget_presence()  # a worker loop in this process must see a remote dataset now
         self.stdout.write(f"dataset {dataset.name} {outcome} (spec {dataset.spec_sha256[:12]})")
