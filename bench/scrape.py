@@ -448,7 +448,10 @@ def run_salvage(
     workers: int,
     concurrency: int,
     pages: int,
+    root: Path = ROOT,
 ) -> dict[str, Any]:
+    """`root`: the checkout whose worker runs (another one with --baseline-root: a lever's
+    before and after, paired in one run; the run is created by this checkout either way)."""
     manage(env, "loaddataset", str(spec))
     run_id = (
         manage(
@@ -459,7 +462,7 @@ def run_salvage(
     )
     per_worker = max(1, concurrency // workers)
     cmd = [
-        PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0",
+        PY, str(root / "manage.py"), "work", "--until-idle", "--idle-wait", "0",
         "--concurrency", str(per_worker),
     ]  # fmt: skip
     sampler = BackendCpu(env["DATABASE_URL"]) if db == "postgres" else None
@@ -535,6 +538,13 @@ def main() -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the work directory and the scratch database"
     )
+    parser.add_argument(
+        "--baseline-root",
+        type=Path,
+        help="another checkout whose worker runs as a side `baseline` (this interpreter; that "
+        "manage.py's folder is first on sys.path): a lever's before/after, paired",
+    )
+    parser.add_argument("--no-floor", action="store_true", help="leave the floor out")
     args = parser.parse_args()
     dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
     for db in dbs:
@@ -546,11 +556,15 @@ def main() -> int:
         parser.error("--workers: a number or a comma-separated list of numbers")
     if not worker_counts or min(worker_counts) < 1:
         parser.error("--workers: at least 1")
-    sides = ["salvage", "floor"]
+    sides = ["salvage"] + ([] if args.no_floor else ["floor"])
     if not args.no_scrapy:
         sides.insert(1, "scrapy")
         if args.with_untuned:
             sides.append("scrapy_untuned")
+    if args.baseline_root:
+        if not (args.baseline_root / "manage.py").is_file():
+            parser.error(f"--baseline-root: no manage.py in {args.baseline_root}")
+        sides.insert(1, "baseline")
 
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the finally blocks stop the sandbox
     # and any measured process.
@@ -578,11 +592,12 @@ def main() -> int:
                 pair: dict[str, Any] = {}
                 # ABC then CBA, so a load that drifts during a repetition favours no side.
                 for side in sides if rep % 2 == 0 else list(reversed(sides)):
-                    if side == "salvage":
+                    if side in ("salvage", "baseline"):
                         pair[side] = run_salvage(
                             env, sandbox, workdir, db=db, spec=spec,
-                            window=f"bench-{db}-w{workers}-{rep}", workers=workers,
+                            window=f"bench-{db}-w{workers}-{rep}-{side}", workers=workers,
                             concurrency=args.concurrency, pages=args.pages,
+                            root=ROOT if side == "salvage" else args.baseline_root,
                         )  # fmt: skip
                     elif side == "floor":
                         pair[side] = run_floor(
@@ -609,9 +624,11 @@ def main() -> int:
             f"{row['db']} x{row['workers']}: Salvage {row['pages_per_s']} p/s "
             f"({row['cpu_ms_per_page']} CPU ms/page); scrapy {row.get('scrapy_pages_per_s')} "
             f"p/s ({row.get('scrapy_cpu_ms_per_page')}), ratio {row.get('ratio_scrapy')}, "
-            f"CPU x{row.get('cpu_ratio_scrapy')}; floor {row['floor_pages_per_s']} p/s "
-            f"({row['floor_cpu_ms_per_page']}), ratio {row['ratio_floor']}, CPU "
-            f"x{row['cpu_ratio_floor']}"
+            f"CPU x{row.get('cpu_ratio_scrapy')}; floor {row.get('floor_pages_per_s')} p/s "
+            f"({row.get('floor_cpu_ms_per_page')}), ratio {row.get('ratio_floor')}, CPU "
+            f"x{row.get('cpu_ratio_floor')}; baseline {row.get('baseline_pages_per_s')} p/s "
+            f"({row.get('baseline_cpu_ms_per_page')}), ratio {row.get('ratio_baseline')}, "
+            f"CPU x{row.get('cpu_ratio_baseline')}"
         )
     summary["versions"] = info
     summary.update(watch.finish())
@@ -642,7 +659,7 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
         return round(statistics.median(values), 3) if values else None
 
     def ratio(key: str, side: str) -> float | None:
-        values = [p["salvage"][key] / p[side][key] for p in pairs if p[side][key]]
+        values = [p["salvage"][key] / p[side][key] for p in pairs if p.get(side, {}).get(key)]
         return round(statistics.median(values), 3) if values else None
 
     row: dict[str, Any] = {
@@ -652,15 +669,17 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
         "pages_per_s": med("pages_per_s", "salvage"),
         "cpu_ms_per_page": med("cpu_ms_per_page", "salvage"),
         "db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "salvage"),
-        "floor_pages_per_s": med("pages_per_s", "floor"),
-        "floor_cpu_ms_per_page": med("cpu_ms_per_page", "floor"),
-        "floor_db_server_cpu_ms_per_page": med("db_server_cpu_ms_per_page", "floor"),
-        "ratio_floor": ratio("pages_per_s", "floor"),
-        "cpu_ratio_floor": ratio("cpu_ms_per_page", "floor"),
         "sandbox_cpu_ms_per_page": med("sandbox_cpu_ms_per_page", "salvage"),
         "reps": len(pairs),
         "complete": all(side["complete"] for p in pairs for side in p.values()),
     }
+    for side in ("floor", "baseline"):
+        if any(side in p for p in pairs):
+            row[f"{side}_pages_per_s"] = med("pages_per_s", side)
+            row[f"{side}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
+            row[f"{side}_db_server_cpu_ms_per_page"] = med("db_server_cpu_ms_per_page", side)
+            row[f"ratio_{side}"] = ratio("pages_per_s", side)
+            row[f"cpu_ratio_{side}"] = ratio("cpu_ms_per_page", side)
     for side in ("scrapy", "scrapy_untuned"):
         if any(side in p for p in pairs):
             suffix = "" if side == "scrapy" else "_untuned"
