@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
+from common import fenced_keys
+
 LEASE = 300
 SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
@@ -129,13 +131,7 @@ class PgBare:
             cur.executemany(
                 PG_FLOOR_FENCE, [(k, self.worker, t) for k, t, *_ in rows], returning=True
             )
-            fenced = set()
-            while True:
-                row = cur.fetchone()
-                if row:
-                    fenced.add(row[0])
-                if not cur.nextset():
-                    break
+            fenced = fenced_keys(cur)
             won = [r for r in rows if r[0] in fenced]
             cur.executemany(
                 PG_FLOOR_ATTEMPT, [(uuid.uuid4(), k, h, self.worker, t) for k, t, _p, h, _o in won]

@@ -31,9 +31,7 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,12 +40,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import SandboxProcess
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PY = sys.executable
 WAIT_FOR = "div.product .price"
 BLOCK = ("image", "font", "media")
-_LISTENING = re.compile(r"sandbox listening on (http://\S+?)/? ")
 FIELDS = {
     "title": {"selector": "div.product h1", "required": True},
     "price": {"selector": ".price", "type": "decimal", "required": True},
@@ -147,39 +146,9 @@ async def floor(base: str, pages: int, concurrency: int) -> int:
 # --- the harness -------------------------------------------------------------------------------
 
 
-class Sandbox:
+class Sandbox(SandboxProcess):
     def __init__(self, pages: int, workdir: Path) -> None:
-        cmd = [PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages", str(pages),
-               "--faults", "none"]  # fmt: skip
-        env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
-        env["SALVAGE_DATA_DIR"] = str(workdir / "sandbox-var")
-        env.pop("DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 60
-        seen = []
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                self.base_url = match.group(1)
-                return
-        self.stop()
-        raise RuntimeError("sandbox did not start:\n" + "".join(seen))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(pages, workdir)
 
 
 def _children_cpu() -> float:

@@ -41,6 +41,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import LEASE, PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA, SQLITE_NOW, PgBare, SqliteBare
+from common import fenced_keys
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,13 +154,7 @@ class PgSchemaFloor(PgFloor):
             cur.executemany(
                 SCHEMA_FENCE, [(pk, self.worker, tok) for pk, tok, *_ in work], returning=True
             )
-            fenced = set()
-            while True:
-                row = cur.fetchone()
-                if row:
-                    fenced.add(row[0])
-                if not cur.nextset():
-                    break
+            fenced = fenced_keys(cur)
             won = [(uuid.uuid4(), *w) for w in work if w[0] in fenced]
             cur.executemany(
                 SCHEMA_ATTEMPT,

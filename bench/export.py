@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from common import drop_database, generate_run, scratch_database, server_url
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,78 +71,24 @@ SPEC = {
 }
 
 
-def server_url() -> str:
-    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
-    if not url.startswith(("postgres://", "postgresql://")):
-        url = "postgres://postgres@127.0.0.1:5432/postgres"
-    return url
+# ~520 bytes of jsonb text per payload, with one formula-looking title in 50 so the CSV
+# neutralisation path is exercised.
+PAYLOAD_SQL = """
+    jsonb_build_object(
+        'title', CASE WHEN t.id % 50 = 0 THEN '=HYPERLINK("x")'
+                 ELSE 'Product ' || t.id || ' deluxe edition' END,
+        'price', ((t.id % 9000) / 100.0 + 1)::text,
+        'sku', 'SKU-' || t.id,
+        'brand', 'Brand ' || (t.id % 97),
+        'in_stock', t.id % 3 <> 0,
+        'reviews', t.id % 500,
+        'description', repeat('Solid, reliable and well reviewed. ', 11))
+""".replace("%", "%%")
 
 
-def scratch_database(name: str) -> str:
-    import psycopg
-
-    parts = urlsplit(server_url())
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def drop_database(name: str) -> None:
-    import psycopg
-    from django.db import connections
-
-    connections.close_all()
-    admin_url = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-
-def generate(run_id: int, dataset: str, window: str, n: int) -> None:
+def generate(run_id: int, window: str, n: int) -> None:
     """n tasks and n valid observations of one run, in SQL."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO recovery_task (
-                run_id, task_key, url, page_type, partition, priority, discovery, navigation,
-                state, attempt_count, next_attempt_at, lease_owner, lease_token,
-                last_error_class, created_at, state_changed_at, depth)
-            SELECT %s, md5(%s || g::text) || md5(g::text || %s),
-                   'https://shop' || (g %% %s) || '.test/product/' || g, 'product',
-                   'shop' || (g %% %s), 0, 'manifest', '{}'::jsonb, 'committed', 1, now(), '',
-                   1, '', now(), now(), 0
-            FROM generate_series(1, %s) AS g
-            """,
-            [run_id, window, window, PARTITIONS, PARTITIONS, n],
-        )
-        # ~520 bytes of jsonb text per payload, with one formula-looking title in 50 so the
-        # CSV neutralisation path is exercised.
-        cursor.execute(
-            """
-            INSERT INTO recovery_observation (
-                run_id, observation_key, entity_key, "window", partition, payload, payload_hash,
-                source_task_id, scraper_version, validation_state, version, observed_at,
-                updated_at)
-            SELECT t.run_id, md5('o' || t.task_key) || md5(t.task_key), 'SKU-' || t.id, %s,
-                   t.partition,
-                   jsonb_build_object(
-                       'title', CASE WHEN t.id %% 50 = 0 THEN '=HYPERLINK("x")'
-                                ELSE 'Product ' || t.id || ' deluxe edition' END,
-                       'price', ((t.id %% 9000) / 100.0 + 1)::text,
-                       'sku', 'SKU-' || t.id,
-                       'brand', 'Brand ' || (t.id %% 97),
-                       'in_stock', t.id %% 3 <> 0,
-                       'reviews', t.id %% 500,
-                       'description', repeat('Solid, reliable and well reviewed. ', 11)),
-                   md5(t.task_key) || md5(t.url), t.id, '1', 'valid', 1, now(), now()
-            FROM recovery_task t WHERE t.run_id = %s
-            """,
-            [window, run_id],
-        )
-        cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
+    generate_run(run_id, window, n, PARTITIONS, PAYLOAD_SQL, "valid")
 
 
 def pair(got: dict, copy: dict) -> dict:
@@ -300,7 +247,7 @@ def main() -> int:
                 accepted_at=timezone.now(),
                 accepted_by="bench",
             )
-            generate(run.pk, dataset.name, run.window, n)
+            generate(run.pk, run.window, n)
             counters.rebuild(run.pk)
             runs[n] = run.pk
             print(f"  {n:>9,} rows generated in {time.perf_counter() - t0:.1f} s", flush=True)

@@ -58,12 +58,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA
+from common import SandboxProcess
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-_LISTENING = re.compile(r"sandbox listening on (http://\S+?)/? ")
 
 
 def log(msg: str) -> None:
@@ -79,47 +79,19 @@ def cpu_seconds(pid: int) -> float:
 # --- the sandbox, in its own process ---------------------------------------------------------
 
 
-class Sandbox:
+class Sandbox(SandboxProcess):
+    """The sandbox shop, writing the bench's spec and manifest."""
+
     def __init__(self, pages: int, workdir: Path, concurrency: int) -> None:
         self.spec = workdir / "shop.toml"
         self.manifest = workdir / "shop.csv"
-        cmd = [
-            PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages", str(pages),
-            "--faults", "none", "--spec-out", str(self.spec), "--manifest-out",
-            str(self.manifest), "--dataset-name", "bench-shop",
-        ]  # fmt: skip
-        env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
-        env["SALVAGE_DATA_DIR"] = str(workdir / "sandbox-var")
-        env.pop("DATABASE_URL", None)  # the sandbox needs no database
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 60
-        seen = []
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                self.base_url = match.group(1)
-                return
-        self.stop()
-        raise RuntimeError("sandbox did not start:\n" + "".join(seen))
+        super().__init__(pages, workdir, [
+            "--spec-out", str(self.spec), "--manifest-out", str(self.manifest),
+            "--dataset-name", "bench-shop",
+        ])  # fmt: skip
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def product_urls(manifest: Path) -> list[str]:

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from export import drop_database, scratch_database
+from common import drop_database, generate_run, scratch_database
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,46 +103,21 @@ WHERE recovery_observation.id = o.id
 """
 
 
-def generate(run_id: int, window: str, n: int) -> None:
-    from django.db import connection
+# One price in 100 not a number, one currency in 200 not allowed, one title in 300 missing.
+PAYLOAD_SQL = """
+    jsonb_strip_nulls(jsonb_build_object(
+        'title', CASE WHEN t.id % 300 = 0 THEN NULL
+                 ELSE 'Product ' || t.id || ' deluxe edition' END,
+        'sku', 'SKU-' || t.id,
+        'price', CASE WHEN t.id % 100 = 0 THEN 'N/A'
+                 ELSE round((t.id % 40000) / 100.0 + 1, 2)::text END,
+        'currency', CASE WHEN t.id % 200 = 0 THEN 'GBP' ELSE 'EUR' END,
+        'description', repeat('Solid, reliable and well reviewed. ', 8)))
+""".replace("%", "%%")
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO recovery_task (
-                run_id, task_key, url, page_type, partition, priority, discovery, navigation,
-                state, attempt_count, next_attempt_at, lease_owner, lease_token,
-                last_error_class, created_at, state_changed_at, depth)
-            SELECT %s, md5(%s || g::text) || md5(g::text || %s),
-                   'https://shop' || (g %% %s) || '.test/product/' || g, 'product',
-                   'shop' || (g %% %s), 0, 'manifest', '{}'::jsonb, 'committed', 1, now(), '',
-                   1, '', now(), now(), 0
-            FROM generate_series(1, %s) AS g
-            """,
-            [run_id, window, window, PARTITIONS, PARTITIONS, n],
-        )
-        cursor.execute(
-            """
-            INSERT INTO recovery_observation (
-                run_id, observation_key, entity_key, "window", partition, payload, payload_hash,
-                source_task_id, scraper_version, validation_state, version, observed_at,
-                updated_at)
-            SELECT t.run_id, md5('o' || t.task_key) || md5(t.task_key), 'SKU-' || t.id, %s,
-                   t.partition,
-                   jsonb_strip_nulls(jsonb_build_object(
-                       'title', CASE WHEN t.id %% 300 = 0 THEN NULL
-                                ELSE 'Product ' || t.id || ' deluxe edition' END,
-                       'sku', 'SKU-' || t.id,
-                       'price', CASE WHEN t.id %% 100 = 0 THEN 'N/A'
-                                ELSE round((t.id %% 40000) / 100.0 + 1, 2)::text END,
-                       'currency', CASE WHEN t.id %% 200 = 0 THEN 'GBP' ELSE 'EUR' END,
-                       'description', repeat('Solid, reliable and well reviewed. ', 8))),
-                   md5(t.task_key) || md5(t.url), t.id, '1', 'pending', 1, now(), now()
-            FROM recovery_task t WHERE t.run_id = %s
-            """,
-            [window, run_id],
-        )
-        cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
+
+def generate(run_id: int, window: str, n: int) -> None:
+    generate_run(run_id, window, n, PARTITIONS, PAYLOAD_SQL, "pending")
 
 
 def floor(run_id: int) -> float:

@@ -1,0 +1,151 @@
+"""What several benches share: the sandbox shop in its own process (scrape, browser), the
+scratch PostgreSQL database and the generated run of tasks and observations (export,
+validation), and reading a fenced executemany's winners (the bare floor, the schema floor)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+_LISTENING = re.compile(r"sandbox listening on (http://\S+?)/? ")
+
+
+# --- the sandbox shop, in its own process -----------------------------------------------------
+
+
+class SandboxProcess:
+    """`manage.py sandbox --port 0 --faults none`, started and waited for (its listening line).
+
+    `extra` adds sandbox options (e.g. --spec-out). It needs no database: DATABASE_URL is
+    dropped from its environment."""
+
+    def __init__(self, pages: int, workdir: Path, extra: list[str] | tuple[str, ...] = ()):
+        cmd = [PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages", str(pages),
+               "--faults", "none", *extra]  # fmt: skip
+        env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
+        env["SALVAGE_DATA_DIR"] = str(workdir / "sandbox-var")
+        env.pop("DATABASE_URL", None)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 60
+        seen = []
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            match = _LISTENING.search(line)
+            if match:
+                self.base_url = match.group(1)
+                return
+        self.stop()
+        raise RuntimeError("sandbox did not start:\n" + "".join(seen))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# --- a scratch PostgreSQL database ------------------------------------------------------------
+
+
+def server_url() -> str:
+    url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL") or ""
+    if not url.startswith(("postgres://", "postgresql://")):
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+    return url
+
+
+def scratch_database(name: str) -> str:
+    import psycopg
+
+    parts = urlsplit(server_url())
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    admin_url = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+# --- a generated run, in SQL (PostgreSQL) -----------------------------------------------------
+
+
+def generate_run(
+    run_id: int, window: str, n: int, partitions: int, payload_sql: str, validation_state: str
+) -> None:
+    """n committed tasks of one run over `partitions` hosts, and one observation per task.
+
+    `payload_sql`: a jsonb expression over the task row `t` (the bench's own payload);
+    `validation_state`: the state every observation starts in."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO recovery_task (
+                run_id, task_key, url, page_type, partition, priority, discovery, navigation,
+                state, attempt_count, next_attempt_at, lease_owner, lease_token,
+                last_error_class, created_at, state_changed_at, depth)
+            SELECT %s, md5(%s || g::text) || md5(g::text || %s),
+                   'https://shop' || (g %% %s) || '.test/product/' || g, 'product',
+                   'shop' || (g %% %s), 0, 'manifest', '{}'::jsonb, 'committed', 1, now(), '',
+                   1, '', now(), now(), 0
+            FROM generate_series(1, %s) AS g
+            """,
+            [run_id, window, window, partitions, partitions, n],
+        )
+        cursor.execute(
+            f"""
+            INSERT INTO recovery_observation (
+                run_id, observation_key, entity_key, "window", partition, payload, payload_hash,
+                source_task_id, scraper_version, validation_state, version, observed_at,
+                updated_at)
+            SELECT t.run_id, md5('o' || t.task_key) || md5(t.task_key), 'SKU-' || t.id, %s,
+                   t.partition, {payload_sql},
+                   md5(t.task_key) || md5(t.url), t.id, '1', %s, 1, now(), now()
+            FROM recovery_task t WHERE t.run_id = %s
+            """,
+            [window, validation_state, run_id],
+        )
+        cursor.execute("UPDATE recovery_run SET task_total = %s WHERE id = %s", [n, run_id])
+
+
+# --- the floors' fenced commit ----------------------------------------------------------------
+
+
+def fenced_keys(cur) -> set:
+    """The keys a psycopg `executemany(..., returning=True)` of fenced UPDATEs returned: the
+    rows whose lease token still matched (one result set per statement)."""
+    fenced = set()
+    while True:
+        row = cur.fetchone()
+        if row:
+            fenced.add(row[0])
+        if not cur.nextset():
+            break
+    return fenced
