@@ -140,6 +140,29 @@ def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
     assert not summarise("postgres", 2, 16, pairs)["complete"]
 
 
+def test_scrape_baseline_side_is_paired_like_the_others():
+    """--baseline-root: another checkout's worker as a side; Salvage / baseline per repetition."""
+    summarise = bench_module("scrape").summarise
+
+    def side(pages_per_s: float, cpu: float) -> dict:
+        return {
+            "pages_per_s": pages_per_s,
+            "cpu_ms_per_page": cpu,
+            "db_server_cpu_ms_per_page": 0.1,
+            "sandbox_cpu_ms_per_page": 0.1,
+            "complete": True,
+        }
+
+    pairs = [
+        {"salvage": side(400, 2.0), "baseline": side(200, 4.0)},
+        {"salvage": side(300, 1.0), "baseline": side(300, 2.0)},
+    ]
+    row = summarise("postgres", 2, 16, pairs)
+    assert row["ratio_baseline"] == pytest.approx((2.0 + 1.0) / 2)
+    assert row["cpu_ratio_baseline"] == pytest.approx(0.5)
+    assert "ratio_floor" not in row and row["complete"]  # --no-floor: no floor figures
+
+
 def test_export_ratio_is_rows_per_second_against_copy_of_the_same_rows():
     export = bench_module("export")
 
@@ -218,12 +241,14 @@ def test_scrape_bench():
         args += ["--dbs", "sqlite"]
     if not with_scrapy:
         args.append("--no-scrapy")  # outside CI without the bench extra: Salvage and floor only
-    summary = run_bench("scrape.py", *args)
+    # This checkout as its own baseline: the side runs through the same code path.
+    summary = run_bench("scrape.py", *args, "--baseline-root", str(ROOT))
     assert summary["bench"] == "scrape"
     (row,) = summary["results"]
     assert row["complete"], row  # every side committed (or wrote) every page
     for key in ("pages_per_s", "floor_pages_per_s", "ratio_floor", "cpu_ratio_floor"):
         assert row[key] > 0, key
+    assert row["baseline_pages_per_s"] > 0 and row["cpu_ratio_baseline"] > 0
     if with_scrapy:
         assert row["scrapy_pages_per_s"] > 0 and row["ratio_scrapy"] > 0
         assert row["cpu_ratio_scrapy"] > 0
