@@ -565,7 +565,7 @@ class Drill:
 
 
 def verify_tasks(run_id: int, expected_keys: set[str], sandbox: dict | None) -> dict[str, Any]:
-    from django.db.models import Count, F, Q
+    from django.db.models import Count, F, Max, Q
 
     from recovery.models import Attempt, Observation, Task
     from recovery.states.task import TERMINAL
@@ -622,8 +622,16 @@ def verify_tasks(run_id: int, expected_keys: set[str], sandbox: dict | None) -> 
         .exclude(source_task__recovery_batch__isnull=False)
         .count()
     )
+    # Crashes are budgeted apart from retries: how close any page came to a crash loop.
+    crashes = tasks.aggregate(
+        crash_loops=Count("pk", filter=Q(last_error_class="worker_crash_loop")),
+        max_crash_count=Max("crash_count"),
+    )
     figures = {
         "tasks": len(keys),
+        "lost_lease_attempts": attempts.filter(outcome="lost_lease").count(),
+        "crash_loops": crashes["crash_loops"],
+        "max_crash_count": crashes["max_crash_count"] or 0,
         "tasks_by_state": by_state,
         "missing_task_keys": missing,
         "unfinished_tasks": unfinished,
@@ -811,6 +819,9 @@ def play(options: DrillOptions, workdir: Path, *, echo: Echo) -> dict[str, Any]:
             stale_writes_accepted=tasks["stale_writes_accepted"],
         )
         report["unexpected_final_states"] = sandbox["unexpected_final_states"]
+        report["lost_lease_attempts"] = tasks["lost_lease_attempts"]
+        report["crash_loops"] = tasks["crash_loops"]
+        report["max_crash_count"] = tasks["max_crash_count"]
         props["no_intended_task_lost"] = task_loss_property(
             collect["finished"], len(expected_keys), report["lost"], tasks, sandbox
         )
