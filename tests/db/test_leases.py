@@ -371,6 +371,7 @@ EXPECTED_STATE = {
     ErrorClass.INTERNAL: "quarantined",
     ErrorClass.ROBOTS_DISALLOWED: "quarantined",  # never fetched: an operator decides
     ErrorClass.WORKER_CRASH_LOOP: "quarantined",  # a poison page: an operator decides
+    ErrorClass.SITEMAP_INVALID: "quarantined",  # not a sitemap: nothing from it is added
     ErrorClass.NOT_FOUND: "gone",
     ErrorClass.BUDGET_EXHAUSTED: "dead",
 }
