@@ -19,6 +19,11 @@ from recovery.models import Attempt, Observation, Task
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
+# Seconds a live process may go without a CPU on a loaded 2-core CI box (load average past 20)
+# and still not be judged dead. A test where live workers compete sizes their leases (and
+# django-q2's timeout) from it; the 2 s default lease is only safe with one live worker.
+STALL = 10
+
 
 def database_url() -> str:
     """The test database as a URL, so child processes open the same database."""

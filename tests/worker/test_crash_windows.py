@@ -16,6 +16,7 @@ from django_q.models import OrmQ
 from recovery.models import Attempt, Observation, Task
 from tests.factories import make_run, make_tasks
 from tests.worker.engine_procs import (
+    STALL,
     Procs,
     all_terminal,
     assert_each_task_done_once,
@@ -88,14 +89,20 @@ def test_a_qcluster_worker_killed_at_the_point_loses_and_duplicates_nothing(poin
     run = make_run()
     make_tasks(run, N_TASKS)
     fired = tmp_path / "fault-fired"
+    # Two live workers run at once here, so on a loaded box (load average past 20) neither
+    # may be judged dead while it merely waits for a CPU: a 2 s lease let one take over the
+    # other's batch (an extra lost_lease), and a 5 s django-q2 timeout killed a slow batch
+    # (a second death). Both are sized from STALL; the dead worker's batch comes back after
+    # one lease, its queue item after `retry`.
     cluster = procs.manage(
         "qcluster",
         "qcluster",
         SALVAGE_FAULT_POINT=point,
         SALVAGE_FAULT_ONCE=str(fired),  # only the first worker to reach the point dies
+        SALVAGE_LEASE_SECONDS=str(STALL),
         SALVAGE_Q_WORKERS="2",
-        SALVAGE_Q_TIMEOUT="5",
-        SALVAGE_Q_RETRY="10",
+        SALVAGE_Q_TIMEOUT=str(2 * STALL),
+        SALVAGE_Q_RETRY=str(3 * STALL),
     )
     dispatcher = procs.manage("dispatch", "dispatch", "--tick", "0.2", "--batch", str(BATCH))
     wait_for(
@@ -105,7 +112,7 @@ def test_a_qcluster_worker_killed_at_the_point_loses_and_duplicates_nothing(poin
     )
     # The killed worker's queue item is redelivered after `retry` and must find nothing to
     # redo (after_commit: commit first, acknowledge second); every wake-up gets acknowledged.
-    wait_for(lambda: not OrmQ.objects.exists(), timeout=120, what="the queue to drain")
+    wait_for(lambda: not OrmQ.objects.exists(), timeout=240, what="the queue to drain")
     assert procs.stop(dispatcher) == 0
     procs.stop(cluster)
     assert fired.read_text().split()[1] == point
