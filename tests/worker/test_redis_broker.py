@@ -9,6 +9,7 @@ import pytest
 
 from tests.factories import make_run, make_tasks
 from tests.worker.engine_procs import (
+    STALL,
     Procs,
     all_terminal,
     assert_each_task_done_once,
@@ -41,8 +42,11 @@ def test_a_killed_workers_lost_wakeup_is_resent_and_every_task_finishes(redis_ur
         "REDIS_URL": redis_url,
         "SALVAGE_Q_NAME": name,
         "SALVAGE_Q_WORKERS": "2",
-        "SALVAGE_Q_TIMEOUT": "5",
-        "SALVAGE_Q_RETRY": "10",
+        # Two live workers at once: sized from STALL so that on a loaded box neither takes over
+        # the other's batch nor gets killed by the timeout, which the exact count below forbids.
+        "SALVAGE_LEASE_SECONDS": str(STALL),
+        "SALVAGE_Q_TIMEOUT": str(2 * STALL),
+        "SALVAGE_Q_RETRY": str(3 * STALL),
     }
     fired = tmp_path / "fault-fired"
     try:
