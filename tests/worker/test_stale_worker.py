@@ -12,7 +12,7 @@ import pytest
 from recovery import leases, worker
 from recovery.models import Attempt, Observation, Task
 from tests.factories import make_dataset, make_run, make_tasks
-from tests.worker.engine_procs import Procs, log_text, wait_exit, wait_for
+from tests.worker.engine_procs import STALL, Procs, log_text, wait_exit, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -70,11 +70,13 @@ def test_a_stalled_workers_heartbeat_and_commit_are_refused(procs, tmp_path):
 
 
 def test_heartbeats_keep_a_long_task_leased_past_its_lease_length(procs):
-    # A page that takes 5 s under a 2 s lease: without heartbeats another worker would take it
-    # over after 2 s (and the long page would livelock, re-claimed for ever).
-    run = make_run(make_dataset(provider="slow_test", lease_seconds=2))
+    # A page that takes 1.5 leases: without heartbeats another worker would take it over after
+    # one (and the long page would livelock, re-claimed for ever). The lease is STALL, not 2 s:
+    # a live worker that waits over 2 s for a CPU on a loaded box misses its heartbeat (every
+    # lease/3) by no fault of the heartbeat, and the intruder below took the page over.
+    run = make_run(make_dataset(provider="slow_test", lease_seconds=STALL))
     (task,) = make_tasks(run, 1)
-    slow = procs.python("slow", LOOP.format(wid="slow"), SLOW_PROVIDER_SLEEP="5")
+    slow = procs.python("slow", LOOP.format(wid="slow"), SLOW_PROVIDER_SLEEP=str(1.5 * STALL))
     wait_for(
         lambda: Task.objects.filter(pk=task.pk, lease_owner="slow").exists(),
         timeout=90,
