@@ -38,6 +38,11 @@ def remote_dataset(provider: str, **provider_options) -> Dataset:
     return dataset
 
 
+# How long a test waits for a freshly started `manage.py work` process to boot and act: a
+# Django start alone takes tens of seconds on a loaded 2-core CI box (load average past 20).
+PROCESS_DEADLINE = 120
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

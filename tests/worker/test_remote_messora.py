@@ -13,6 +13,7 @@ from recovery.sandbox import messora as sim
 from tests.factories import make_run, make_tasks
 from tests.remote_fixtures import (
     MESSORA_KEY,
+    PROCESS_DEADLINE,
     remote_dataset,
     scan_database_for,
     serve,
@@ -60,7 +61,11 @@ def test_a_worker_killed_after_the_create_call_leaves_an_unknown_job_not_a_dupli
 
     b = start_work("wb", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "unknown", 30, what="reap to unknown")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "unknown",
+            PROCESS_DEADLINE,
+            what="reap to unknown",
+        )
     finally:
         stop_worker(b)
     # Nothing is resubmitted automatically, however many steps run afterwards.
@@ -78,7 +83,11 @@ def test_a_worker_killed_after_the_create_call_leaves_an_unknown_job_not_a_dupli
     reconcile.attach_job_id(job.pk, found, actor="alice", reason="found by custom search")
     c = start_work("wc", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(c)
     assert Observation.objects.filter(run=run).count() == 3
@@ -102,7 +111,7 @@ def test_a_worker_killed_while_polling_is_resumed_by_another_without_a_second_jo
     try:
         wait_for(
             lambda: any(j["polls"] >= 2 for j in stats(served)["jobs"].values()),
-            30,
+            PROCESS_DEADLINE,
             what="worker A polling",
         )
     finally:
@@ -118,12 +127,16 @@ def test_a_worker_killed_while_polling_is_resumed_by_another_without_a_second_jo
         polls_before = stats(served)["jobs"][job.provider_job_id]["polls"]
         wait_for(
             lambda: stats(served)["jobs"][job.provider_job_id]["polls"] > polls_before + 1,
-            30,
+            PROCESS_DEADLINE,
             what="worker B polling the same job",
         )
         served_release = __import__("httpx").post(f"{served.base_url}/_sim/release", timeout=5)
         assert served_release.status_code == 200
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(b)
     assert stats(served)["created"] == 1
@@ -166,7 +179,11 @@ def test_a_worker_killed_between_success_and_its_commit_is_imported_once(
 
     b = start_work("wb", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(b)
     assert stats(served)["created"] == 1

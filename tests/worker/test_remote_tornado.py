@@ -12,6 +12,7 @@ from recovery.models import Observation, OutboxEvent, RemoteJob, Task
 from recovery.sandbox import tornado as sim
 from tests.factories import make_run, make_tasks
 from tests.remote_fixtures import (
+    PROCESS_DEADLINE,
     remote_dataset,
     scan_database_for,
     serve,
@@ -57,7 +58,9 @@ def test_a_worker_killed_after_the_create_call_leaves_an_unknown_job(media, tmp_
     assert stats(served)["created"] == 1
     b = start_work("wb", env_for(served, tmp_path), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "unknown", 30, what="unknown")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "unknown", PROCESS_DEADLINE, what="unknown"
+        )
     finally:
         stop_worker(b)
     for _ in range(3):
@@ -68,7 +71,11 @@ def test_a_worker_killed_after_the_create_call_leaves_an_unknown_job(media, tmp_
     reconcile.attach_job_id(job.pk, found, actor="alice", reason="found in the media console")
     c = start_work("wc", env_for(served, tmp_path), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(c)
     assert Task.objects.get().state == "committed"
@@ -87,7 +94,7 @@ def test_a_worker_killed_while_polling_is_resumed_without_a_second_job(media, tm
     try:
         wait_for(
             lambda: any(j["polls"] >= 2 for j in stats(served)["jobs"].values()),
-            30,
+            PROCESS_DEADLINE,
             what="A polling",
         )
     finally:
@@ -96,7 +103,11 @@ def test_a_worker_killed_while_polling_is_resumed_without_a_second_job(media, tm
     b = start_work("wb", env_for(served, tmp_path), log)
     try:
         httpx.post(f"{served.base_url}/_sim/release", timeout=5)
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(b)
     assert stats(served)["created"] == 1 and stats(served)["generations"] == 1

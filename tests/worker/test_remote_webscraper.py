@@ -12,6 +12,7 @@ from recovery.models import Observation, RemoteJob, Task, WebhookReceipt
 from recovery.sandbox import webscraper as sim
 from tests.factories import make_run, make_tasks
 from tests.remote_fixtures import (
+    PROCESS_DEADLINE,
     remote_dataset,
     scan_database_for,
     serve,
@@ -64,7 +65,9 @@ def test_a_worker_killed_after_the_launch_leaves_an_unknown_job_not_a_second_lau
 
     b = start_work("wb", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "unknown", 30, what="unknown")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "unknown", PROCESS_DEADLINE, what="unknown"
+        )
     finally:
         stop_worker(b)
     for _ in range(3):
@@ -74,7 +77,9 @@ def test_a_worker_killed_after_the_launch_leaves_an_unknown_job_not_a_second_lau
     # The job's final-status notification names it (custom_id = our run id): the evidence
     # the operator uses to attach the id. The notification alone attaches nothing.
     receipt = wait_for(
-        lambda: WebhookReceipt.objects.filter(job__isnull=True).first(), 15, what="receipt"
+        lambda: WebhookReceipt.objects.filter(job__isnull=True).first(),
+        PROCESS_DEADLINE,
+        what="receipt",
     )
     assert receipt.body["custom_id"] == str(run.pk)
     assert RemoteJob.objects.get().state == "unknown"
@@ -83,7 +88,11 @@ def test_a_worker_killed_after_the_launch_leaves_an_unknown_job_not_a_second_lau
     )
     c = start_work("wc", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(c)
     assert Observation.objects.filter(run=run).count() == 3
@@ -102,7 +111,11 @@ def test_a_worker_killed_while_polling_is_resumed_without_a_second_launch(cloud,
     log = tmp_path / "workers.log"
     a = start_work("wa", env_for(served), log)
     try:
-        wait_for(lambda: RemoteJob.objects.filter(state="pending").exists(), 30, what="A polling")
+        wait_for(
+            lambda: RemoteJob.objects.filter(state="pending").exists(),
+            PROCESS_DEADLINE,
+            what="A polling",
+        )
     finally:
         a.kill()
         a.wait(timeout=10)
@@ -110,7 +123,11 @@ def test_a_worker_killed_while_polling_is_resumed_without_a_second_launch(cloud,
     b = start_work("wb", env_for(served), log)
     try:
         httpx.post(f"{served.base_url}/_sim/finish/{job.provider_job_id}", timeout=5)
-        wait_for(lambda: RemoteJob.objects.get().state == "completed", 30, what="completion")
+        wait_for(
+            lambda: RemoteJob.objects.get().state == "completed",
+            PROCESS_DEADLINE,
+            what="completion",
+        )
     finally:
         stop_worker(b)
     assert stats(served)["created"] == 1 and RemoteJob.objects.count() == 1
