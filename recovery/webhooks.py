@@ -151,6 +151,12 @@ def receive_webscraper(fields: dict[str, str]) -> WebhookReceipt:
         )
         if job is not None:
             remote.mark_due(job.pk)
+    if job is None and job_id:
+        # The submitter may have saved this id since the lookup above (see
+        # remote.adopt_early_receipts: whoever commits last attaches the receipt).
+        job = RemoteJob.objects.filter(provider="webscraper", provider_job_id=job_id).first()
+        if job is not None and remote.adopt_early_receipts(job.pk, "webscraper", job_id):
+            receipt.refresh_from_db()
     if job is None:
         # Kept for the operator: a notification for a job whose id we never saved is the
         # evidence that resolves an `unknown` submission (custom_id names our run).

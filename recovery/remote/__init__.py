@@ -16,6 +16,7 @@ from recovery.providers.remote_base import JobStatus, Poll, SubmitAmbiguous, Sub
 from recovery.remote.handoff import fresh_result_url, sync_handoffs
 from recovery.remote.importing import import_results
 from recovery.remote.jobs import (
+    adopt_early_receipts,
     create_job,
     credits_by_run,
     forget_presence,
@@ -42,6 +43,7 @@ __all__ = [
     "Poll",
     "SubmitAmbiguous",
     "SubmitRejected",
+    "adopt_early_receipts",
     "claim_due_polls",
     "create_job",
     "credits_by_run",

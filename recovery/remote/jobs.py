@@ -279,3 +279,21 @@ def mark_due(job_pk: int) -> bool:
             poll_deadline=deadline,
             poll_failures=0,
         )
+
+
+def adopt_early_receipts(job_pk: int, provider: str, provider_job_id: str) -> int:
+    """Attach notifications that arrived before this job's id was saved; make the job due.
+
+    A provider can notify before our COMMIT of the id it just gave us (a job that finishes at
+    once): that receipt was stored without its job. Both sides look again after their own
+    commit (the submitter here, recovery.webhooks after storing a receipt), so whichever
+    commits last finds the other's row, and the hint is never left unattached.
+    """
+    from recovery.models import WebhookReceipt
+
+    adopted = WebhookReceipt.objects.filter(
+        provider=provider, provider_job_id=provider_job_id, job__isnull=True
+    ).update(job=job_pk)
+    if adopted:
+        mark_due(job_pk)
+    return adopted

@@ -21,6 +21,7 @@ from recovery.providers.remote_base import (
     sanitise,
 )
 from recovery.remote.jobs import (
+    adopt_early_receipts,
     create_job,
     fault,
     guarded,
@@ -236,6 +237,7 @@ def _record_send(job, provider, result) -> None:
                 outcome=Attempt.Outcome.SUBMITTED, finished_at=now
             )
         log.info("remote job %s: %s job %s submitted", job.pk, job.provider, result.provider_job_id)
+        adopt_early_receipts(job.pk, job.provider, result.provider_job_id)
         return
     if isinstance(result, SubmitAmbiguous):
         with transaction.atomic():

@@ -357,3 +357,21 @@ def test_a_continue_that_changes_a_published_value_makes_a_new_version_and_a_cor
     assert Observation.objects.filter(run=run).count() == 3
     # The re-synchronised row is traceable to an attempt of its task, written by the import.
     assert Attempt.objects.filter(pk=published.source_attempt_id, worker=f"remote:{job.pk}")
+
+
+def test_a_notification_that_beats_the_saved_job_id_is_attached_and_makes_the_job_due(
+    cloud, client
+):
+    _served, state = cloud
+    state.faults["hold"] = 1
+    run, _tasks = make_cloud_run(2, poll_interval=3600)
+    # The simulator's first job is number 500: its notification arrives before our COMMIT of
+    # that id (a job that finishes at once), so nothing yet names job 500.
+    form = {"scrapingjob_id": "500", "status": "finished", "custom_id": str(run.pk)}
+    assert client.post(f"/hooks/webscraper/{SECRET}", form).status_code == 200
+    assert WebhookReceipt.objects.get().job_id is None
+    remote.submit_step("w1")
+    job = RemoteJob.objects.get()
+    assert job.provider_job_id == "500"
+    assert WebhookReceipt.objects.get().job_id == job.pk
+    assert job.next_poll_at <= timezone.now()  # due now, not in an hour
