@@ -5,8 +5,9 @@ Left to itself, a cluster meets a database restart (ORM broker) or a Redis resta
 broker) with a traceback per poll: the pusher logs "Failed to pull task from broker", sleeps
 10 s and dies, the sentinel logs its reincarnation, and the sentinel's status save logs the
 error every half second. These subclasses change only that: while the database or Redis does
-not answer a probe, a dequeue waits with the outage backoff (capped at SALVAGE_DB_RETRY_CAP)
-and returns nothing, and a status save or an acknowledgement is skipped. The one line per
+not answer a probe (or answers again but dropped this process's connection), a dequeue waits
+with the outage backoff (capped at SALVAGE_DB_RETRY_CAP) and returns nothing, and a status
+save or an acknowledgement is skipped. The one line per
 state change, and the exit past SALVAGE_DB_OUTAGE_LIMIT, come from the qcluster command's own
 guard (recovery.management.commands.qcluster). An error whose database or broker answers the
 probe is a real error and is raised as before, so django-q2 logs it as ever. The other
@@ -30,6 +31,17 @@ from recovery import outage
 log = logging.getLogger(__name__)
 
 
+def _ride_out(exc: BaseException) -> bool:
+    """True for an outage to ride out: the database or broker does not answer, or it answers
+    again but dropped this process's connection while it was away (a restart terminates every
+    backend; the monitor's next acknowledgement met that dead connection). The connections are
+    closed either way, so the next call opens a new one."""
+    if outage.lost_connection(exc) or outage.unreachable(exc):
+        outage.close_connections()
+        return True
+    return False
+
+
 class _RidesOutOutages:
     _failures = 0
 
@@ -37,7 +49,7 @@ class _RidesOutOutages:
         try:
             tasks = super().dequeue()
         except outage.OUTAGE_ERRORS as exc:
-            if not outage.unreachable(exc):
+            if not _ride_out(exc):
                 raise
             self._failures += 1
             log.debug("dequeue: %s unavailable; waiting", outage.resource_of(exc)[0])
@@ -50,7 +62,7 @@ class _RidesOutOutages:
         try:
             return super().set_stat(key, value, timeout)
         except outage.OUTAGE_ERRORS as exc:
-            if not outage.unreachable(exc):
+            if not _ride_out(exc):
                 raise
             return None  # the status is refreshed every half second once it is back
 
@@ -58,7 +70,7 @@ class _RidesOutOutages:
         try:
             return super().acknowledge(task_id)
         except outage.OUTAGE_ERRORS as exc:
-            if not outage.unreachable(exc):
+            if not _ride_out(exc):
                 raise
             return None
 

@@ -90,3 +90,29 @@ def test_lost_connection_is_only_a_dropped_or_refused_connection(exc, lost):
         raise OperationalError(str(exc)) from exc
     except OperationalError as wrapped:
         assert outage.lost_connection(wrapped) is lost
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_orm_broker_reconnects_after_a_restart_dropped_its_connection(postgres_only):
+    from django_q.models import OrmQ
+
+    from recovery.qcluster_outage import OrmBroker
+
+    broker = OrmBroker(list_key="outage-test")
+    task_id = broker.enqueue("wake-up")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    # A database restart terminates every backend; the database answers again at once here,
+    # so only this process's connection is dead (what the cluster's monitor met in CI).
+    with psycopg.connect(_dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    assert broker.acknowledge(task_id) is None  # skipped quietly: no traceback, no exit
+    # The next call opens a new connection and works.
+    broker.acknowledge(task_id)
+    assert not OrmQ.objects.filter(pk=task_id).exists()
+
+
+def _dsn() -> str:
+    s = connection.settings_dict
+    return f"host={s['HOST']} port={s['PORT'] or 5432} user={s['USER']} dbname={s['NAME']}"
