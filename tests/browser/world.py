@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth.models import Group, User
+from django.test import Client
 from django.utils import timezone
 
 from recovery import audit, counters, keys
@@ -183,3 +184,10 @@ def make_world() -> World:
         uncertain_event=uncertain,
         accepted_rows=rows,
     )
+
+
+def logged_in(world: World, role: str) -> Client:
+    """A test client logged in as the world's user of `role` (operator, admin, exporter)."""
+    client = Client()
+    client.force_login(world.users[role])
+    return client

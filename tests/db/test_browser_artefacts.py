@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from recovery import artefacts, failures, leases
@@ -17,7 +16,7 @@ from recovery.models import Attempt, Task
 from recovery.providers.base import ErrorClass, Observed, Outcome, TaskInput
 from recovery.providers.browser import BrowserProvider
 from tests.browser.browser_fixtures import screenshot_attempt, tiny_png
-from tests.browser.world import make_users, make_world
+from tests.browser.world import logged_in, make_users, make_world
 from tests.factories import make_run, make_tasks
 
 
@@ -29,10 +28,7 @@ def world(db, settings, tmp_path):
     return w
 
 
-def _client(world, role: str) -> Client:
-    client = Client()
-    client.force_login(world.users[role])
-    return client
+_client = logged_in
 
 
 def _url(attempt: Attempt) -> str:

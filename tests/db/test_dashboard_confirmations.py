@@ -9,11 +9,10 @@ the run cannot be accepted.
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from recovery.models import AuditEntry, Run, ValidationResult
-from tests.browser.world import make_users, make_world
+from tests.browser.world import logged_in, make_users, make_world
 from tests.db.test_dashboard_permissions import POSTS, snapshot
 
 CONFIRMED = [
@@ -34,10 +33,7 @@ def world(db):
     return w
 
 
-def _client(world, role: str) -> Client:
-    client = Client()
-    client.force_login(world.users[role])
-    return client
+_client = logged_in
 
 
 def _role(name: str) -> str:

@@ -16,7 +16,7 @@ from dashboard import errorclasses
 from dashboard.templatetags.dashboard_tags import relative, when
 from recovery import audit
 from recovery.models import AuditEntry, RecoveryBatch, Task
-from tests.browser.world import make_users, make_world
+from tests.browser.world import logged_in, make_users, make_world
 from tests.factories import make_tasks
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +29,7 @@ def world(db):
     return w
 
 
-def _client(world, role: str) -> Client:
-    client = Client()
-    client.force_login(world.users[role])
-    return client
+_client = logged_in
 
 
 def test_error_pages_keep_the_navigation_and_say_what_happened(world):

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from recovery import keys
 from recovery.models import AuditEntry, Observation, RemoteJob, Task
-from tests.browser.world import make_users, make_world
+from tests.browser.world import logged_in, make_users, make_world
 from tests.factories import make_tasks
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +29,7 @@ def world(db):
     return w
 
 
-def _client(world, role: str) -> Client:
-    client = Client()
-    client.force_login(world.users[role])
-    return client
+_client = logged_in
 
 
 def _walk(client: Client, url: str, params: dict) -> list[list]:
