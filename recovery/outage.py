@@ -247,6 +247,16 @@ def lost_connection(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
 
 
+def ride_out(exc: BaseException) -> bool:
+    """True for an outage to ride out: the database or broker does not answer, or it answers
+    again but dropped this process's connection while it was away (a restart terminates every
+    backend). This thread's connections are closed either way, so the next call reconnects."""
+    if lost_connection(exc) or unreachable(exc):
+        close_connections()
+        return True
+    return False
+
+
 def skip_during_outage(fn: Callable[..., T]) -> Callable[..., T | str]:
     """For django-q2 task functions: a task that meets a database (or broker) outage returns
     one short line instead of failing with a traceback (django-q2 logs a failure's whole
@@ -258,9 +268,8 @@ def skip_during_outage(fn: Callable[..., T]) -> Callable[..., T | str]:
         try:
             return fn(*args, **kwargs)
         except OUTAGE_ERRORS as exc:
-            if not (lost_connection(exc) or unreachable(exc)):
+            if not ride_out(exc):
                 raise
-            close_connections()
             return f"skipped: {resource_of(exc)[0]} unavailable ({_short(exc)})"
 
     return run

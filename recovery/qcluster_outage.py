@@ -31,17 +31,6 @@ from recovery import outage
 log = logging.getLogger(__name__)
 
 
-def _ride_out(exc: BaseException) -> bool:
-    """True for an outage to ride out: the database or broker does not answer, or it answers
-    again but dropped this process's connection while it was away (a restart terminates every
-    backend; the monitor's next acknowledgement met that dead connection). The connections are
-    closed either way, so the next call opens a new one."""
-    if outage.lost_connection(exc) or outage.unreachable(exc):
-        outage.close_connections()
-        return True
-    return False
-
-
 class _RidesOutOutages:
     _failures = 0
 
@@ -49,7 +38,7 @@ class _RidesOutOutages:
         try:
             tasks = super().dequeue()
         except outage.OUTAGE_ERRORS as exc:
-            if not _ride_out(exc):
+            if not outage.ride_out(exc):
                 raise
             self._failures += 1
             log.debug("dequeue: %s unavailable; waiting", outage.resource_of(exc)[0])
@@ -62,7 +51,7 @@ class _RidesOutOutages:
         try:
             return super().set_stat(key, value, timeout)
         except outage.OUTAGE_ERRORS as exc:
-            if not _ride_out(exc):
+            if not outage.ride_out(exc):
                 raise
             return None  # the status is refreshed every half second once it is back
 
@@ -70,7 +59,7 @@ class _RidesOutOutages:
         try:
             return super().acknowledge(task_id)
         except outage.OUTAGE_ERRORS as exc:
-            if not _ride_out(exc):
+            if not outage.ride_out(exc):
                 raise
             return None
 
