@@ -1,12 +1,17 @@
-"""Which transport under httpx's API fetches small pages faster, with every guard on?
+"""Which transport behind recovery.http's guard fetches small pages faster?
 
 Serves the sandbox shop (5 KB product pages) from a separate process on 127.0.0.1, then fetches
 the same pages through recovery.http.Fetcher with each transport (16 in flight, guard, per-host
 gates, size cap, deadline, per-task cookies all active), alternating transports for `--reps`
-rounds. Reports client CPU ms per page and pages/s; ends with one JSON line, with the load
-average before and after and the headline verdict (bench/loadwatch.py).
+rounds: `aiohttp` (Fetcher drives an aiohttp session directly, the default), `httpx-aiohttp`
+(httpx's API over the httpx-aiohttp transport, the default before) and `httpcore` (httpx's own;
+`--no-httpcore` skips it, it is slow). Reports client CPU ms per page and pages/s, the median of
+each, and the paired ratio direct / httpx-aiohttp per round (same round, adjacent runs) with its
+median. Ends with one JSON line, with the load average before and after and the headline
+verdict (bench/loadwatch.py).
 
     .venv/bin/python bench/http_transport.py [--pages 2000] [--reps 3] [--concurrency 16]
+        [--no-httpcore]
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--no-httpcore", action="store_true", help="skip httpx's own transport")
     args = parser.parse_args()
     watch = LoadWatch(own_processes=1)
 
@@ -96,12 +102,18 @@ def main() -> None:
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    transports = ["httpx-aiohttp", "aiohttp"]
+    if not args.no_httpcore:
+        transports.insert(0, "httpcore")
+    results: dict[str, list[dict]] = {t: [] for t in transports}
     try:
         wait_for_port(port, time.monotonic() + 20)
         base = f"http://127.0.0.1:{port}"
-        results: dict[str, list[dict]] = {"httpcore": [], "aiohttp": []}
-        for _ in range(args.reps):
-            for transport in results:
+        for rep in range(args.reps):
+            # Alternate the order each round, so neither side always runs first (warm caches,
+            # a neighbour's burst).
+            order = transports if rep % 2 == 0 else transports[::-1]
+            for transport in order:
                 results[transport].append(
                     asyncio.run(run(transport, base, args.pages, args.concurrency))
                 )
@@ -114,21 +126,36 @@ def main() -> None:
             "pages_per_s": round(statistics.median(r["pages_per_s"] for r in runs), 1),
             "cpu_ms_per_page": round(statistics.median(r["cpu_ms_per_page"] for r in runs), 3),
         }
-        print(f"{transport:9s} {summary[transport]}")
-    ratio = summary["aiohttp"]["pages_per_s"] / summary["httpcore"]["pages_per_s"]
+        print(f"{transport:13s} {summary[transport]}")
+    # Paired per round: the direct path against the httpx-aiohttp path it replaces.
+    direct, layered = results["aiohttp"], results["httpx-aiohttp"]
+    pairs = list(zip(direct, layered, strict=True))
+    cpu_ratios = [d["cpu_ms_per_page"] / h["cpu_ms_per_page"] for d, h in pairs]
+    pps_ratios = [d["pages_per_s"] / h["pages_per_s"] for d, h in pairs]
     print(
-        json.dumps(
-            {
-                "bench": "http_transport",
-                "pages": args.pages,
-                "concurrency": args.concurrency,
-                "results": summary,
-                "aiohttp_over_httpcore": round(ratio, 2),
-                **watch.finish(),
-            }
-        ),
-        flush=True,
+        "direct / httpx-aiohttp per round: CPU per page "
+        + ", ".join(f"{r:.2f}" for r in cpu_ratios)
+        + "; pages/s "
+        + ", ".join(f"{r:.2f}" for r in pps_ratios)
     )
+    paired = {
+        "cpu_per_page": round(statistics.median(cpu_ratios), 3),
+        "pages_per_s": round(statistics.median(pps_ratios), 3),
+        "cpu_per_page_rounds": [round(r, 3) for r in cpu_ratios],
+        "pages_per_s_rounds": [round(r, 3) for r in pps_ratios],
+    }
+    out = {
+        "bench": "http_transport",
+        "pages": args.pages,
+        "concurrency": args.concurrency,
+        "results": summary,
+        "direct_over_httpx_aiohttp": paired,
+    }
+    if "httpcore" in summary:
+        out["httpx_aiohttp_over_httpcore"] = round(
+            summary["httpx-aiohttp"]["pages_per_s"] / summary["httpcore"]["pages_per_s"], 2
+        )
+    print(json.dumps({**out, **watch.finish()}), flush=True)
 
 
 if __name__ == "__main__":

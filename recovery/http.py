@@ -1,4 +1,4 @@
-"""The one httpx client factory, and the guarded fetch that the direct provider uses.
+"""The guarded fetch that the direct provider uses, its aiohttp session and httpx client factories.
 
 Outbound safety (DESIGN.md section 4). A manifest can name any URL, so every connection goes
 through `AddressGuard`:
@@ -10,9 +10,12 @@ through `AddressGuard`:
   are handed to the socket layer: we connect to the IP we checked, never to a name that a second
   lookup could answer differently (DNS rebinding). The URL keeps its host, so the Host header,
   TLS SNI and certificate verification all use the real name.
-  * With the aiohttp transport the guard is aiohttp's *resolver*: aiohttp connects to exactly the
-    addresses the resolver returns. aiohttp skips the resolver for IP literals, so
-    `GuardedTransport` checks numeric hosts itself before every request.
+  * With aiohttp (the default "aiohttp" transport, which `Fetcher` drives directly, and the
+    httpx-aiohttp one) the guard is aiohttp's *resolver*: aiohttp connects to exactly the
+    addresses the resolver returns. aiohttp skips the resolver for IP literals (and for
+    all-digit spellings such as `127.1`), so `Fetcher` (directly) or `GuardedTransport` (under
+    httpx) checks numeric hosts itself before every request and sends an odd spelling to its
+    canonical literal.
   * With httpx's own transport the guard is httpcore's *network backend*: `connect_tcp(host)`
     resolves, checks and connects to the IP; httpcore still passes the URL's host as SNI.
 - Loopback, private, link-local, shared (CGNAT 100.64/10), unspecified, multicast, reserved and
@@ -27,11 +30,12 @@ Each refusal is `BlockedURL` (ErrorClass.BLOCKED) with a message naming the host
 and the reason.
 
 Transport choice (bench/http_transport.py: the sandbox shop's 5 KB product pages from a separate
-process on 127.0.0.1, 16 in flight, every guard on, median of 3 alternating rounds on a shared
-2-core box): httpx's own transport 171 pages/s at 1.67 ms client CPU per page; the httpx-aiohttp
-transport 627 pages/s at 0.56 ms (x3.7 pages/s). Both keep every safety property above
-(tests/unit/test_http_safety.py runs against both), so the aiohttp transport is the default and
-`transport="httpcore"` selects httpx's own.
+process on 127.0.0.1, 16 in flight, every guard on, alternating rounds on a shared 2-core box;
+noisy, the figures in bench/README.md): `Fetcher` driving an aiohttp session itself ("aiohttp",
+the default) spends about 0.4x the client CPU per page of httpx over the httpx-aiohttp transport
+("httpx-aiohttp", the default before), which was itself x3.7 the pages/s of httpx's own transport
+("httpcore"). All three keep every safety property above (tests/unit/test_http_safety.py runs
+against each); `make_client` builds the httpx client for the two httpx transports.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import aiohttp
 import httpcore
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.http_exceptions import ContentEncodingError
 
 from recovery.allowlist import AllowedNetwork, parse_networks
 from recovery.providers.base import ErrorClass
@@ -62,7 +67,10 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 CGNAT = ipaddress.ip_network("100.64.0.0/10")
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-TRANSPORTS = ("aiohttp", "httpcore")
+# "aiohttp": Fetcher drives an aiohttp session itself (the default). The two httpx transports
+# stay selectable (tests run the safety suite on all three; bench/http_transport.py compares).
+TRANSPORTS = ("aiohttp", "httpx-aiohttp", "httpcore")
+HTTPX_TRANSPORTS = ("httpx-aiohttp", "httpcore")
 
 
 class FetchError(Exception):
@@ -350,7 +358,7 @@ class _RefuseAll(http.cookiejar.DefaultCookiePolicy):
 
 def make_client(
     *,
-    transport: str = "aiohttp",
+    transport: str = "httpx-aiohttp",
     allowed_networks: Iterable[str] | None = None,
     max_connections: int = 100,
     connect_timeout: float = 5.0,
@@ -366,14 +374,14 @@ def make_client(
     """
     from django.conf import settings
 
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport {transport!r} is not one of {', '.join(TRANSPORTS)}")
+    if transport not in HTTPX_TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is not one of {', '.join(HTTPX_TRANSPORTS)}")
     guard = AddressGuard.from_settings(allowed_networks)
     # Certificates are checked against the URL's host name, although we connect to an IP.
     ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=None)
     inner: httpx.AsyncBaseTransport
-    if transport == "aiohttp":
+    if transport == "httpx-aiohttp":
         from httpx_aiohttp import AiohttpTransport
 
         connector = aiohttp.TCPConnector(
@@ -407,6 +415,48 @@ def make_client(
         cookies=http.cookiejar.CookieJar(policy=_RefuseAll()),
         follow_redirects=False,
         trust_env=False,
+    )
+
+
+def make_session(
+    *,
+    allowed_networks: Iterable[str] | None = None,
+    max_connections: int = 100,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 15.0,
+    user_agent: str | None = None,
+    verify: bool | ssl.SSLContext = True,
+) -> aiohttp.ClientSession:
+    """The aiohttp session behind `Fetcher` (transport "aiohttp"): the same guard as
+    make_client's, without httpx's layers on top.
+
+    Must be called inside the event loop that will use it. The resolver is the guard (aiohttp
+    connects to exactly the addresses it returns); `Fetcher` checks IP literals, schemes,
+    redirects, the size cap and the deadline itself.
+    """
+    from django.conf import settings
+
+    guard = AddressGuard.from_settings(allowed_networks)
+    # Certificates are checked against the URL's host name (aiohttp's server_hostname), although
+    # we connect to an IP. The same context make_client builds.
+    ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(guard),
+        limit=max_connections,
+        ssl=ssl_context,
+        keepalive_timeout=5.0,  # httpx's default keep-alive expiry, as make_client's pools
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        # Stores nothing: cookies are kept per task by Fetcher (TaskCookies), never shared.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,  # no environment proxies: one would connect where we never checked
+        auto_decompress=True,  # decoded bytes are what Fetcher counts against the cap
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=connect_timeout, sock_read=read_timeout
+        ),
+        headers={"User-Agent": user_agent or settings.SALVAGE_USER_AGENT},
+        raise_for_status=False,
     )
 
 
@@ -530,7 +580,10 @@ class FetchLimits:
 
 class TaskCookies:
     """One task's cookies: redirect hops share them, tasks do not. The jar is made only when a
-    response sets a cookie (most pages never do; a jar per task cost ~0.05 ms a page)."""
+    response sets a cookie (most pages never do; a jar per task cost ~0.05 ms a page).
+
+    The same httpx.Cookies jar (the standard library's cookie rules) serves every transport;
+    the aiohttp path hands it httpx request/response objects only when a cookie is involved."""
 
     __slots__ = ("jar",)
 
@@ -547,12 +600,38 @@ class TaskCookies:
                 self.jar = httpx.Cookies()
             self.jar.extract_cookies(response)
 
+    def header_for(self, url: str) -> str | None:
+        """The Cookie header for a request to url (aiohttp path), or None."""
+        if self.jar is None:
+            return None
+        request = httpx.Request("GET", url)
+        self.jar.set_cookie_header(request)
+        return request.headers.get("cookie")
+
+    def extract_from(self, url: str, headers: httpx.Headers) -> None:
+        """Keep the cookies a response to url sets (aiohttp path)."""
+        if "set-cookie" in headers:
+            self.extract(httpx.Response(200, headers=headers, request=httpx.Request("GET", url)))
+
+
+@dataclass(slots=True)
+class DirectRequest:
+    """One hop on the aiohttp path: the URL to send (an allowed odd numeric spelling already
+    rewritten to its canonical literal) and the headers beyond the session's."""
+
+    url: str
+    headers: dict[str, str]
+
 
 class Fetcher:
     """GET with the guard, per-host gates, per-task cookies, a size cap and a total deadline.
 
     The deadline covers the time on the wire for all hops (connect, headers, body), not the
     time queued behind a host's gate: a task waiting its turn is not a slow server.
+
+    transport "aiohttp" (the default) drives an aiohttp session directly (`make_session`);
+    "httpx-aiohttp" and "httpcore" send through an httpx client (`make_client`). All three
+    keep the same guarantees (tests/unit/test_http_safety.py runs on each).
     """
 
     def __init__(
@@ -574,13 +653,15 @@ class Fetcher:
     ) -> None:
         from django.conf import settings
 
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport {transport!r} is not one of {', '.join(TRANSPORTS)}")
         self.limits = FetchLimits(
             max_bytes=max_bytes or settings.SALVAGE_MAX_RESPONSE_BYTES,
             deadline=deadline or settings.SALVAGE_REQUEST_DEADLINE,
             max_redirects=max_redirects,
         )
+        self.transport = transport
         self.client_options = {
-            "transport": transport,
             "allowed_networks": allowed_networks,
             "max_connections": concurrency,
             "connect_timeout": connect_timeout,
@@ -593,16 +674,19 @@ class Fetcher:
         self.per_host = per_host
         self.min_delay = min_delay
         self.max_host_delay = max_host_delay
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gates: dict[str, HostGate] = {}
 
-    def _ensure_client(self) -> httpx.AsyncClient:
+    def _ensure_client(self) -> httpx.AsyncClient | aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             # A new event loop (a caller using asyncio.run per batch) cannot reuse sockets,
             # semaphores or the aiohttp session of the old one: start afresh.
-            self._client = make_client(**self.client_options)
+            if self.transport == "aiohttp":
+                self._client = make_session(**self.client_options)
+            else:
+                self._client = make_client(transport=self.transport, **self.client_options)
             self._loop = loop
             self._gates = {}
         return self._client
@@ -623,13 +707,17 @@ class Fetcher:
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
+            if isinstance(client, aiohttp.ClientSession):
+                await client.close()
+            else:
+                await client.aclose()
 
     async def fetch(
         self, url: str, *, headers: dict[str, str] | None = None, max_bytes: int | None = None
     ) -> Page:
         """`max_bytes` overrides the size cap for this fetch (a sitemap may hold 50 MB)."""
         client = self._ensure_client()
+        direct = isinstance(client, aiohttp.ClientSession)
         cookies = TaskCookies()
         hops: list[str] = []
         seen: set[str] = set()
@@ -637,21 +725,30 @@ class Fetcher:
         started = time.monotonic()
         current = url
         while True:
-            request = self._build(client, current, headers, cookies, hops)
+            parts, where = self._check(current, hops)
+            request: DirectRequest | httpx.Request
+            if direct:
+                request = self._build_direct(parts, where, hops, headers, cookies)
+                host = parts.netloc.lower()
+            else:
+                request = self._build(client, parts, where, hops, headers, cookies)
+                host = request.url.netloc.decode("ascii").lower()
             if current in seen:
                 raise FetchError(
                     ErrorClass.REDIRECTS, f"redirect loop: {' -> '.join(hops)}", hops=hops
                 )
             seen.add(current)
-            gate = self.gate(request.url.netloc.decode("ascii").lower())
+            gate = self.gate(host)
             async with gate.slot():
                 hop_started = time.monotonic()
                 try:
                     async with asyncio.timeout(budget):
-                        page = await self._send(client, request, cookies, max_bytes)
+                        if direct:
+                            page = await self._send_direct(client, request, cookies, max_bytes)
+                        else:
+                            page = await self._send(client, request, cookies, max_bytes)
                 except BlockedURL as exc:
                     # A name refused at connect time: say which hop it was.
-                    where = f" (redirect hop {len(hops) - 1})" if len(hops) > 1 else ""
                     raise BlockedURL(f"{exc.detail}{where}", hops=hops) from None
                 except FetchError as exc:
                     exc.context.setdefault("hops", hops)
@@ -676,20 +773,15 @@ class Fetcher:
                         f"more than {self.limits.max_redirects} redirects: {' -> '.join(hops)}",
                         hops=hops,
                     )
-                current = urljoin(str(request.url), location.strip())
+                current = urljoin(page.url, location.strip())
                 continue
             page.hops = hops
             page.elapsed_s = time.monotonic() - started
             return page
 
-    def _build(
-        self,
-        client: httpx.AsyncClient,
-        url: str,
-        headers: dict[str, str] | None,
-        cookies: TaskCookies,
-        hops: list[str],
-    ) -> httpx.Request:
+    def _check(self, url: str, hops: list[str]) -> tuple[Any, str]:
+        """Record the hop and refuse what no transport may send: a bad scheme or host,
+        credentials, a forbidden IP literal. Returns (urlsplit parts, " (redirect hop N)")."""
         hops.append(url)
         where = f" (redirect hop {len(hops) - 1})" if len(hops) > 1 else ""
         try:
@@ -711,18 +803,57 @@ class Fetcher:
             raise BlockedURL(f"invalid URL{where} {url!r}: {bad!r} in the host", hops=hops)
         if parts.username is not None or parts.password is not None:
             raise BlockedURL(f"URL{where} carries credentials (user@host): refused", hops=hops)
+        return parts, where
+
+    def _literal(self, parts: Any, where: str, hops: list[str]) -> IPAddress | None:
         try:
-            # Before httpx parses the host: it rejects some numeric spellings as invalid, and
-            # the operator should read "loopback", not "invalid URL".
-            self.guard.check_literal(parts.hostname, default_port(parts.scheme, parts.port))
+            # Before httpx or yarl parses the host: they reject some numeric spellings as
+            # invalid, and the operator should read "loopback", not "invalid URL".
+            return self.guard.check_literal(parts.hostname, default_port(parts.scheme, parts.port))
         except BlockedURL as exc:
             raise BlockedURL(f"{exc.detail}{where}", hops=hops) from None
+
+    def _build(
+        self,
+        client: httpx.AsyncClient,
+        parts: Any,
+        where: str,
+        hops: list[str],
+        headers: dict[str, str] | None,
+        cookies: TaskCookies,
+    ) -> httpx.Request:
+        self._literal(parts, where, hops)
+        url = hops[-1]
         try:
             request = client.build_request("GET", url, headers=headers)
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
         cookies.add_header(request)
         return request
+
+    def _build_direct(
+        self,
+        parts: Any,
+        where: str,
+        hops: list[str],
+        headers: dict[str, str] | None,
+        cookies: TaskCookies,
+    ) -> DirectRequest:
+        url = hops[-1]
+        address = self._literal(parts, where, hops)
+        extra = dict(headers) if headers else {}
+        if address is not None and str(address) != parts.hostname:
+            # An allowed odd spelling (`127.1`, which aiohttp would hand to the socket layer
+            # as is): send to the canonical literal, Host keeps the spelling the URL has (as
+            # httpx does). The IP literal never reaches the resolver, so this is the check.
+            literal = f"[{address}]" if address.version == 6 else str(address)
+            netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+            extra.setdefault("Host", parts.netloc)
+            url = parts._replace(netloc=netloc).geturl()
+        cookie = cookies.header_for(url)
+        if cookie:
+            extra["Cookie"] = cookie
+        return DirectRequest(url, extra)
 
     async def _send(
         self,
@@ -763,25 +894,97 @@ class Fetcher:
         except httpx.DecodingError as exc:
             raise FetchError(ErrorClass.BAD_ENCODING, f"content decoding: {exc}") from None
         except (httpx.TransportError, aiohttp.ClientError, OSError) as exc:
-            causes = list(_chain(exc))
-            cert = [c for c in causes if isinstance(c, ssl.SSLCertVerificationError)]
-            if cert:
-                # Not transient: another try meets the same certificate. Refuse, for a human.
-                reason = getattr(cert[-1], "verify_message", "") or str(cert[-1])
-                raise BlockedURL(
-                    f"TLS certificate of {request.url.host!r} not accepted: {reason}"
-                ) from None
-            # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout, so
-            # the httpx class proves nothing: say "timeout" only for a real one underneath.
-            timed_out = any(isinstance(c, TimeoutError | httpcore.TimeoutException) for c in causes)
-            label = "timeout: " if timed_out else ""
-            raise FetchError(ErrorClass.NETWORK, label + _describe(causes)) from None
+            raise _transport_error(exc, request.url.host) from None
         return Page(
             url=str(request.url),
             status=response.status_code,
             headers=response.headers,
             body=b"".join(chunks),
         )
+
+    async def _send_direct(
+        self,
+        session: aiohttp.ClientSession,
+        request: DirectRequest,
+        cookies: TaskCookies,
+        max_bytes: int | None = None,
+    ) -> Page:
+        cap = max_bytes or self.limits.max_bytes
+        try:
+            response = await session.get(
+                request.url, headers=request.headers or None, allow_redirects=False
+            )
+            complete = False
+            try:
+                # httpx.Headers over the raw bytes, as the httpx-aiohttp transport built them:
+                # callers keep the same case-insensitive, comma-joining header object.
+                headers = httpx.Headers(response.raw_headers)
+                url = request.url  # as written (odd numeric spellings made canonical)
+                cookies.extract_from(url, headers)
+                declared = headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > cap:
+                    raise FetchError(
+                        ErrorClass.TOO_LARGE,
+                        f"Content-Length {declared} is over the {cap}-byte cap",
+                        status=response.status,
+                    )
+                chunks: list[bytes] = []
+                size = 0
+                if response.status not in REDIRECT_STATUSES:
+                    # aiohttp decodes as it reads, in bounded steps: decoded bytes are counted,
+                    # so a compressed bomb stops at the cap too.
+                    async for chunk in response.content.iter_any():
+                        size += len(chunk)
+                        if size > cap:
+                            raise FetchError(
+                                ErrorClass.TOO_LARGE,
+                                f"response body over the {cap}-byte cap",
+                                status=response.status,
+                            )
+                        chunks.append(chunk)
+                else:
+                    location = headers.get("location")
+                    if location is not None:
+                        # Read the target the way the httpx paths do (GuardedTransport), so an
+                        # unusable Location is refused as a bad URL on every transport.
+                        try:
+                            base = httpx.URL(url)
+                        except httpx.InvalidURL:
+                            base = None  # the next hop's own checks still apply
+                        if base is not None:
+                            redirect_target(base, location)
+                complete = True
+            finally:
+                # A body left unread (cap, deadline, redirect) closes the connection rather
+                # than draining it; a complete one returns it to the pool.
+                if complete:
+                    response.release()
+                else:
+                    response.close()
+        except FetchError:
+            raise
+        except aiohttp.InvalidURL as exc:
+            raise BlockedURL(f"invalid URL {request.url!r}: {exc}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            if any(isinstance(c, ContentEncodingError) for c in _chain(exc)):
+                raise FetchError(ErrorClass.BAD_ENCODING, f"content decoding: {exc}") from None
+            raise _transport_error(exc, urlsplit(request.url).hostname) from None
+        return Page(url=url, status=response.status, headers=headers, body=b"".join(chunks))
+
+
+def _transport_error(exc: BaseException, host: str | None) -> FetchError:
+    """A transport's exception as the FetchError the retry table reads."""
+    causes = list(_chain(exc))
+    cert = [c for c in causes if isinstance(c, ssl.SSLCertVerificationError)]
+    if cert:
+        # Not transient: another try meets the same certificate. Refuse, for a human.
+        reason = getattr(cert[-1], "verify_message", "") or str(cert[-1])
+        return BlockedURL(f"TLS certificate of {host!r} not accepted: {reason}")
+    # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout, so the httpx
+    # class proves nothing: say "timeout" only for a real one underneath.
+    timed_out = any(isinstance(c, TimeoutError | httpcore.TimeoutException) for c in causes)
+    label = "timeout: " if timed_out else ""
+    return FetchError(ErrorClass.NETWORK, label + _describe(causes))
 
 
 def _chain(exc: BaseException):

@@ -316,3 +316,15 @@ def test_dashboard_bench():
     # Each task list reports the indexes its queries read (EXPLAIN-checked).
     assert all(isinstance(pages[p]["indexes"], list) for p in pages)
     assert all(r["growth"] > 0 for r in pages.values())
+
+
+@pytest.mark.slow
+def test_http_transport_bench():
+    summary = run_bench(
+        "http_transport.py", "--pages", "60", "--reps", "2", "--concurrency", "4", "--no-httpcore"
+    )
+    assert summary["bench"] == "http_transport"
+    assert set(summary["results"]) == {"aiohttp", "httpx-aiohttp"}
+    paired = summary["direct_over_httpx_aiohttp"]
+    assert len(paired["cpu_per_page_rounds"]) == len(paired["pages_per_s_rounds"]) == 2
+    assert paired["cpu_per_page"] > 0 and paired["pages_per_s"] > 0

@@ -1,8 +1,8 @@
 """Outbound safety and fetch limits of recovery.http, over real sockets to a local server.
 
-Every fetch test runs against both transports (aiohttp and httpx's own), since both must keep
-the same guarantees. The test settings allow-list 127.0.0.0/8; tests that need a refusal pass
-their own (narrower or empty) allow-list.
+Every fetch test runs against each transport (aiohttp driven directly, the default; httpx over
+httpx-aiohttp; httpx's own), since all must keep the same guarantees. The test settings
+allow-list 127.0.0.0/8; tests that need a refusal pass their own (narrower or empty) allow-list.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from recovery.http import (
 from recovery.providers.base import ErrorClass
 from recovery.sandbox.runner import start_in_thread
 
-TRANSPORTS = ["aiohttp", "httpcore"]
+TRANSPORTS = ["aiohttp", "httpx-aiohttp", "httpcore"]
 
 
 class Hits:
@@ -82,6 +82,12 @@ def make_app(hits: Hits) -> web.Application:
             body=body, headers={"Content-Encoding": "gzip", "Content-Type": "text/html"}
         )
 
+    async def bad_gzip(request: web.Request) -> web.Response:
+        return web.Response(
+            body=b"not gzip at all" * 10,
+            headers={"Content-Encoding": "gzip", "Content-Type": "text/html"},
+        )
+
     async def trickle(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
         response.content_type = "text/html"
@@ -91,6 +97,17 @@ def make_app(hits: Hits) -> web.Application:
                 await response.write(b"<p>drip</p>")
                 await asyncio.sleep(0.1)
             await response.write_eof()
+        except ConnectionError:
+            pass
+        return response
+
+    async def stall(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "text/html"
+        await response.prepare(request)
+        try:
+            await response.write(b"<p>then nothing")
+            await asyncio.sleep(3)
         except ConnectionError:
             pass
         return response
@@ -127,7 +144,9 @@ def make_app(hits: Hits) -> web.Application:
     app.router.add_get("/big", big)
     app.router.add_get("/declared-big", declared_big)
     app.router.add_get("/bomb", bomb)
+    app.router.add_get("/bad-gzip", bad_gzip)
     app.router.add_get("/trickle", trickle)
+    app.router.add_get("/stall", stall)
     app.router.add_get("/set-cookie", set_cookie)
     app.router.add_get("/echo", echo)
     app.router.add_get("/slow", slow)
@@ -561,6 +580,13 @@ def test_decompressed_bytes_count_against_the_cap(server, transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_undecodable_content_encoding_is_bad_encoding(server, transport):
+    error = fetch_error(f"{server.base_url}/bad-gzip", transport=transport)
+    assert error.error_class is ErrorClass.BAD_ENCODING
+    assert error.detail.startswith("content decoding: ")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_trickling_body_hits_the_total_deadline(server, transport):
     # Each chunk arrives well inside the read timeout; only the total deadline can stop it.
     started = time.monotonic()
@@ -570,6 +596,26 @@ def test_a_trickling_body_hits_the_total_deadline(server, transport):
     assert error.error_class is ErrorClass.NETWORK
     assert "deadline" in error.detail
     assert time.monotonic() - started < 3.0  # the 4 s body was not waited for
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_read_timeout_is_a_network_error_labelled_timeout(server, transport):
+    error = fetch_error(
+        f"{server.base_url}/stall", transport=transport, read_timeout=0.3, deadline=10.0
+    )
+    assert error.error_class is ErrorClass.NETWORK
+    assert error.detail.startswith("timeout: ") and "total deadline" not in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_refused_connection_is_a_network_error_not_a_timeout(transport):
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    error = fetch_error(f"http://127.0.0.1:{port}/", transport=transport)
+    assert error.error_class is ErrorClass.NETWORK
+    assert not error.detail.startswith("timeout")
+    assert "refused" in error.detail.lower() or "connect" in error.detail.lower()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
