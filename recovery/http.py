@@ -57,6 +57,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import httpcore
 import httpx
+import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.http_exceptions import ContentEncodingError
 
@@ -566,6 +567,31 @@ def _known_codec(name: str) -> str | None:
         return None
 
 
+# A URL httpx would write back unchanged (lower-case scheme and host, no character to quote);
+# with no default port and no dot segment (checked apart), Page.url can skip httpx's parse.
+_PLAIN_URL = re.compile(
+    r"https?://[a-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/-]*)?(?:\?[A-Za-z0-9._~=&-]*)?\Z"
+)
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:[/?]|\Z)")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _httpx_spelling(url: str, parts: Any) -> str:
+    """url as httpx writes it (scheme and host lower-cased, default port and dot segments
+    dropped, unsafe characters quoted): what Page.url said before the aiohttp path, kept so
+    that stored URLs and link bases do not change with the transport."""
+    if (
+        _PLAIN_URL.match(url)
+        and not _DOT_SEGMENT.search(url)
+        and parts.port != _DEFAULT_PORTS.get(parts.scheme)
+    ):
+        return url
+    try:
+        return str(httpx.URL(url))
+    except (httpx.InvalidURL, ValueError):  # IDNAError is a ValueError (UnicodeError)
+        return url
+
+
 # ASCII characters a host name may hold (IDN letters are not ASCII and pass); an IPv6
 # literal adds ':' and its zone's '%'.
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_ABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -621,6 +647,7 @@ class DirectRequest:
 
     url: str
     headers: dict[str, str]
+    page_url: str  # Page.url: the URL as the httpx paths wrote it
 
 
 class Fetcher:
@@ -803,6 +830,12 @@ class Fetcher:
             raise BlockedURL(f"invalid URL{where} {url!r}: {bad!r} in the host", hops=hops)
         if parts.username is not None or parts.password is not None:
             raise BlockedURL(f"URL{where} carries credentials (user@host): refused", hops=hops)
+        if "xn--" in parts.hostname:
+            try:
+                idna.decode(parts.hostname)
+            except (idna.IDNAError, UnicodeError, ValueError) as exc:
+                # A malformed A-label is no host (a resolver would only say "not found").
+                raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
         return parts, where
 
     def _literal(self, parts: Any, where: str, hops: list[str]) -> IPAddress | None:
@@ -826,7 +859,8 @@ class Fetcher:
         url = hops[-1]
         try:
             request = client.build_request("GET", url, headers=headers)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+            # ValueError: idna's error for a malformed A-label (`xn--`) escaped httpx.
             raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
         cookies.add_header(request)
         return request
@@ -853,7 +887,7 @@ class Fetcher:
         cookie = cookies.header_for(url)
         if cookie:
             extra["Cookie"] = cookie
-        return DirectRequest(url, extra)
+        return DirectRequest(url, extra, _httpx_spelling(url, parts))
 
     async def _send(
         self,
@@ -919,7 +953,7 @@ class Fetcher:
                 # httpx.Headers over the raw bytes, as the httpx-aiohttp transport built them:
                 # callers keep the same case-insensitive, comma-joining header object.
                 headers = httpx.Headers(response.raw_headers)
-                url = request.url  # as written (odd numeric spellings made canonical)
+                url = request.page_url
                 cookies.extract_from(url, headers)
                 declared = headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > cap:

@@ -540,6 +540,7 @@ def test_every_refused_redirect_target_is_blocked_url(transport, location):
         ("gopher://127.0.0.1:70/", "scheme 'gopher'"),
         ("http://example.com:99999/", "invalid URL"),
         ("http:///nohost", "no host"),
+        ("http://xn--/", "Malformed A-label"),  # escaped the fetcher as idna's error
         ("http://user:pass@127.0.0.1/", "credentials"),
         ("not a url", "scheme"),
     ],
@@ -650,6 +651,19 @@ def test_cookies_live_for_one_task_only(server, transport):
     assert first["cookie"] == "session=s3cret-value"  # kept across the task's redirect
     assert len(hops) == 2
     assert second["cookie"] == ""  # a new task starts with an empty jar
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "path",
+    ["/page", "/page?x=1&y=", "/a b", "/caf\u00e9?q=\u00fc&x=|", "/x/../page", "/./page#frag"],
+)
+def test_the_page_url_is_written_as_httpx_writes_it(server, transport, path):
+    """Page.url (stored, and the base for links) does not depend on the transport."""
+    import httpx
+
+    for url in (f"{server.base_url}{path}", f"HTTP://LOCALHOST:{server.port}{path}"):
+        assert fetch(url, transport=transport).url == str(httpx.URL(url))
 
 
 def test_it_sends_the_configured_user_agent(server, settings):
