@@ -756,7 +756,7 @@ class Fetcher:
             request: DirectRequest | httpx.Request
             if direct:
                 request = self._build_direct(parts, where, hops, headers, cookies)
-                host = parts.netloc.lower()
+                host = parts.netloc.lower()  # the key robots.py uses for Crawl-delay
             else:
                 request = self._build(client, parts, where, hops, headers, cookies)
                 host = request.url.netloc.decode("ascii").lower()
@@ -808,7 +808,8 @@ class Fetcher:
 
     def _check(self, url: str, hops: list[str]) -> tuple[Any, str]:
         """Record the hop and refuse what no transport may send: a bad scheme or host,
-        credentials, a forbidden IP literal. Returns (urlsplit parts, " (redirect hop N)")."""
+        credentials. Returns (urlsplit parts, " (redirect hop N)"); `_literal` checks an IP
+        literal's address."""
         hops.append(url)
         where = f" (redirect hop {len(hops) - 1})" if len(hops) > 1 else ""
         try:
@@ -833,7 +834,7 @@ class Fetcher:
         if "xn--" in parts.hostname:
             try:
                 idna.decode(parts.hostname)
-            except (idna.IDNAError, UnicodeError, ValueError) as exc:
+            except ValueError as exc:  # idna.IDNAError is a UnicodeError, a ValueError
                 # A malformed A-label is no host (a resolver would only say "not found").
                 raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
         return parts, where
@@ -989,8 +990,9 @@ class Fetcher:
                             redirect_target(base, location)
                 complete = True
             finally:
-                # A body left unread (cap, deadline, redirect) closes the connection rather
-                # than draining it; a complete one returns it to the pool.
+                # release() pools the connection only when the body was read to its end (a
+                # redirect's unread body closes it); a cap, an error or the deadline closes it
+                # outright rather than draining it.
                 if complete:
                     response.release()
                 else:
