@@ -28,6 +28,7 @@ import django_filters
 from django.core.exceptions import BadRequest
 from django.db import connections
 from django.db.models import Func, QuerySet, TextField, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat
 from django.forms import SearchInput, TextInput
 from django.http import HttpRequest, QueryDict, StreamingHttpResponse
@@ -60,14 +61,17 @@ HEX_KEY = re.compile(r"[0-9a-f]{64}")
 SEARCH_MAX = 2000
 # A trigram index can only narrow a search of at least one trigram (three characters).
 CONTAINS_MIN = 3
-TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migration 0019
+TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migrations 0019 and 0021
+# Where that index lives (migration 0021): (task_id, url), kept in step by triggers, so a claim
+# or commit (never a HOT update) does not write a URL's trigrams into recovery_task's indexes.
+URL_SEARCH_TABLE = "recovery_task_url_search"
 _contains_ok: dict[str, bool] = {}
 
 
 def contains_search(alias: str = "default") -> bool:
     """Whether a run's tasks can be searched by any part of the URL on this database.
 
-    Only on PostgreSQL with the trigram index of migration 0019 (it needs pg_trgm); without it
+    Only on PostgreSQL with the trigram index of migrations 0019/0021 (pg_trgm); without it
     `LIKE '%part%'` would read every task of the run, so the search stays a prefix range.
     """
     if alias not in _contains_ok:
@@ -189,13 +193,15 @@ class TaskFilter(SearchFilterSet):
         if len(part) < CONTAINS_MIN:
             # No trigram to look up: the index cannot narrow it, so it is refused, not scanned.
             return qs.none()
-        # LIKE, which task_url_trgm_idx serves (Django's icontains is UPPER(url) LIKE, which it
-        # would not); case-sensitive; % and _ are escaped, so text is never a pattern. The sort
-        # key is re-annotated as the same value in an expression no btree indexes: otherwise
-        # PostgreSQL may walk task_run_url_idx in order hoping to meet matches early, and when
-        # the matches sit late in URL order (one host's tasks) it reads most of the run. Read
-        # through the trigram index, the cost follows the number of matches.
-        return qs.filter(url__contains=part).annotate(url_key=UrlKey(Concat("url", Value(""))))
+        # LIKE on the side table, which task_url_trgm_idx serves (an icontains would be
+        # UPPER(url) LIKE, which it would not); case-sensitive; \ % and _ are escaped, so text
+        # is never a pattern. The sort key is re-annotated as the same value in an expression no
+        # btree indexes: otherwise PostgreSQL may walk task_run_url_idx in order hoping to meet
+        # matches early, and when the matches sit late in URL order (one host's tasks) it reads
+        # most of the run. Read through the trigram index, the cost follows the number of matches.
+        pattern = "%" + connections[qs.db].ops.prep_for_like_query(part) + "%"
+        found = RawSQL(f"SELECT task_id FROM {URL_SEARCH_TABLE} WHERE url LIKE %s", [pattern])
+        return qs.filter(id__in=found).annotate(url_key=UrlKey(Concat("url", Value(""))))
 
     @staticmethod
     def _prefix(qs, prefix: str):

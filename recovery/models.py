@@ -162,8 +162,14 @@ class Task(models.Model):
     first_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error_class = models.CharField(max_length=32, blank=True)
     last_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # NULL for every task no rerun batch touched: indexed only where set (task_batch_idx).
     recovery_batch = models.ForeignKey(
-        RecoveryBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="tasks"
+        RecoveryBatch,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        db_index=False,
     )
     # The provider job that holds this task while it is `remote` (NULL in every other state:
     # task_remote_job_state_ck). Indexed only where set: few tasks are remote at once.
@@ -188,6 +194,13 @@ class Task(models.Model):
                 name="task_claim_idx",
                 # Remote tasks are not claimable, so they are not in this index.
                 condition=Q(state__in=[s.value for s in CLAIMABLE_ORDER]),
+            ),
+            # A rerun batch's tasks (its progress, its completion, SET_NULL when it is deleted).
+            # Partial, as the next one: a full FK index wrote a NULL entry per claim and commit.
+            models.Index(
+                fields=["recovery_batch"],
+                name="task_batch_idx",
+                condition=Q(recovery_batch__isnull=False),
             ),
             # "The tasks this job holds" (its import, an operator's resolution).
             models.Index(
@@ -270,8 +283,14 @@ class Attempt(models.Model):
         Task, on_delete=models.CASCADE, related_name="attempts", db_index=False
     )
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    # Indexed only where set (attempt_batch_idx), as Task.recovery_batch.
     recovery_batch = models.ForeignKey(
-        RecoveryBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts"
+        RecoveryBatch,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="attempts",
+        db_index=False,
     )
     # An operator's replacement of an ambiguous attempt points at the original.
     replaces = models.ForeignKey(
@@ -298,6 +317,12 @@ class Attempt(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["task", "started_at"], name="attempt_task_time_idx"),
+            # Only attempts of a rerun batch (SET_NULL when it is deleted): none of a first pass.
+            models.Index(
+                fields=["recovery_batch"],
+                name="attempt_batch_idx",
+                condition=Q(recovery_batch__isnull=False),
+            ),
             models.Index(fields=["run", "outcome"], name="attempt_run_outcome_idx"),
             # Dashboard: throughput and the per-minute chart read one run's recent attempts
             # as an index range (run, finished_at), never the run's whole attempt history.
