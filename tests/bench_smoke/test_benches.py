@@ -5,7 +5,7 @@ take seconds, and checks its final JSON line: it parses, names the bench, carrie
 keys bench/README.md reads and the load-average verdict (bench/loadwatch.py). The figures
 themselves are meaningless at these sizes and are not checked. On the PostgreSQL pass of the
 suite the benches use that server (each in its own scratch database); on the SQLite pass the
-PostgreSQL-only benches (export, dashboard) skip.
+PostgreSQL-only benches (export, dashboard, claim_schema) skip.
 """
 
 from __future__ import annotations
@@ -226,6 +226,20 @@ def test_claim_bench():
     assert {"ratio_schema", "cpu_ratio", "db_cpu_ratio"} <= row.keys()
     if on_postgres():
         assert row["engine_db_cpu_ms_per_task"] > 0  # PostgreSQL's backends are counted
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_claim_schema_bench():
+    if not on_postgres():
+        pytest.skip("the schema-cost bench measures PostgreSQL's backends")
+    args = ["--pg-url", server_url(), "--tasks", "500", "--reps", "1"]
+    args += ["--variant", "none", "--variant", "task_secondary", "--variant", "fks"]
+    summary = run_bench("claim_schema.py", *args)
+    assert summary["bench"] == "claim_schema"
+    assert [r["variant"] for r in summary["results"]] == ["none", "task_secondary", "fks"]
+    for row in summary["results"]:
+        assert row["a_db_cpu_ms_per_task"] >= 0 and len(row["per_rep"]) <= 1
 
 
 @pytest.mark.slow
