@@ -178,7 +178,7 @@ def main() -> None:
     summary = [
         {
             "variant": variant,
-            "b_over_a": statistics.median(ratios(pairs)) if ratios(pairs) else None,
+            "b_over_a": round(statistics.median(ratios(pairs)), 3) if ratios(pairs) else None,
             "per_rep": ratios(pairs),
             "a_db_cpu_ms_per_task": round(statistics.median(a for a, _b in pairs), 4),
             "b_db_cpu_ms_per_task": round(statistics.median(b for _a, b in pairs), 4),
