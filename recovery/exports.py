@@ -3,9 +3,10 @@
 Only valid observations of accepted or published runs are exported: a candidate, rejected or
 collecting run is refused, and held (quarantined partition) or invalid observations are never
 included (guarantee 6). Rows are read in observation-id order and yielded in chunks of about
-64 KB: on PostgreSQL the database renders them (`_pg_lines`: CSV through COPY ... TO STDOUT,
-JSONL from a named cursor, both inside a transaction so nothing is materialised first); on
-SQLite they come from `QuerySet.iterator` and Python renders them (`_csv`, `_jsonl`).
+64 KB: on PostgreSQL the database renders them (`_pg_blocks`: both formats through one
+COPY (SELECT ...) TO STDOUT inside a transaction, so nothing is materialised first, read as
+bytes and passed on as bytes by `stream_bytes`); on SQLite they come from `QuerySet.iterator`
+and Python renders them (`_csv`, `_jsonl`).
 
 CSV: provenance columns, then the dataset's fields in a stable order (sorted by name: the spec
 is stored as jsonb, which does not keep key order); every cell is quoted. A cell that a
@@ -23,7 +24,6 @@ import codecs
 import csv
 import io
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import nullcontext
 from decimal import Decimal
@@ -118,14 +118,28 @@ def filename(run: Run, fmt: str) -> str:
     return f"{run.dataset.name}-{safe_window}-run{run.pk}.{fmt}"
 
 
-def stream(run_id: int, fmt: str) -> Iterator[str]:
-    """The export of a run as text chunks. Bad input raises ExportError before any output."""
+def _checked(run_id: int, fmt: str) -> Run:
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-    run = exportable(run_id)
+    return exportable(run_id)
+
+
+def stream(run_id: int, fmt: str) -> Iterator[str]:
+    """The export of a run as text chunks. Bad input raises ExportError before any output."""
+    run = _checked(run_id, fmt)
     if connection.vendor == "postgresql":
         return _pg_lines(run, fmt)
     return _csv(run) if fmt == "csv" else _jsonl(run)
+
+
+def stream_bytes(run_id: int, fmt: str) -> Iterator[bytes]:
+    """The same export as UTF-8 byte chunks, for a binary output (the command's standard
+    output or file): on PostgreSQL COPY's bytes go straight through, never decoded and encoded
+    again. Bad input raises ExportError before any output."""
+    run = _checked(run_id, fmt)
+    if connection.vendor == "postgresql":
+        return _pg_blocks(run, fmt)
+    return (chunk.encode() for chunk in (_csv(run) if fmt == "csv" else _jsonl(run)))
 
 
 def download(run_id: int, fmt: str, actor: str) -> Iterator[str]:
@@ -136,12 +150,12 @@ def download(run_id: int, fmt: str, actor: str) -> Iterator[str]:
     return chunks
 
 
-# On PostgreSQL the database renders the output, so Python only passes text through:
-# per-row Python work (csv.writer, JSON parsing per cell) was most of the export time.
-# CSV: COPY (SELECT ...) TO STDOUT (FORMAT csv, FORCE_QUOTE *), read block by block.
-# JSONL: one json_build_object line per row from a named (server-side) cursor.
-# Both walk obs_run_valid_idx (run, validation_state, id) in id order: rows stream from the
-# first block, nothing is sorted or hashed up front.
+# On PostgreSQL the database renders the output and Python passes bytes through: per-row
+# Python work (csv.writer, JSON parsing per cell, one str per row from a cursor, decoding and
+# re-encoding) was most of the export time. Both formats are one COPY (SELECT ...) TO STDOUT,
+# read as bytes and handed on in chunks (`stream_bytes`: the command writes them to a binary
+# output as they come). Both walk the observations in id order from an index, so rows stream
+# from the first block and nothing is sorted or hashed up front.
 _PROVENANCE_SQL = (
     "o.observation_key",
     "o.entity_key",
@@ -149,55 +163,66 @@ _PROVENANCE_SQL = (
     "o.partition",
     "(SELECT t.task_key FROM recovery_task t WHERE t.id = o.source_task_id)",
     "o.scraper_version",
-    "o.version::text",
+    "o.version",
 )
 # Provenance cells that cannot start with a formula character (hex keys, a number).
 _NEVER_FORMULA = frozenset({"observation_key", "source_task_key", "version"})
-_SQL_NEUTRALISE = (
-    "CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', chr(9), chr(13)) THEN '''' || {0} ELSE {0} END"
+# One integer test of the first character (ascii() is its code point, 0 for ''), cheaper per
+# cell than comparing left(cell, 1) with six strings. The codes are FORMULA_PREFIXES'.
+_FORMULA_CODES = ", ".join(str(ord(prefix)) for prefix in FORMULA_PREFIXES)
+_SQL_NEUTRALISE = "CASE WHEN ascii({0}) IN (CODES) THEN '''' || {0} ELSE {0} END".replace(
+    "CODES", _FORMULA_CODES
 )
 _SQL_WHERE = (
     "WHERE o.run_id = %s AND o.validation_state = %s AND o.partition NOT IN "
     "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "
     "ORDER BY o.id"
 )
+# JSONL through COPY's CSV format: with a delimiter and a quote that JSON text never holds raw
+# (PostgreSQL's json and jsonb renderers escape every control character, CR and LF included),
+# COPY has nothing to quote in the single column, so each line is the JSON text unchanged
+# (tests/db/test_exports.py checks quotes, backslashes, newlines, tabs, control characters
+# and non-ASCII in values and keys).
+_JSONL_COPY_OPTIONS = r"FORMAT csv, DELIMITER E'\x01', QUOTE E'\x02'"
 
 
 def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
     fields = columns(run)[len(PROVENANCE) :]
     params: list = []
     if fmt == "csv":
-        cells = [f"coalesce({expr}, '') AS c{i}" for i, expr in enumerate(_PROVENANCE_SQL)]
-        for i, name in enumerate(fields, start=len(_PROVENANCE_SQL)):
-            cells.append(f"coalesce(o.payload ->> %s, '') AS c{i}")
-            params.append(name)
-        out = [
-            f"c.c{i}"
-            if i < len(PROVENANCE) and name in _NEVER_FORMULA
-            else _SQL_NEUTRALISE.format(f"c.c{i}")
-            for i, name in enumerate([*PROVENANCE, *fields])
+        # The provenance columns are NOT NULL, so no coalesce; a payload field that is missing
+        # or JSON null (->> gives NULL) must print as a quoted "" like the Python path.
+        cells = [
+            expr if name in _NEVER_FORMULA else _SQL_NEUTRALISE.format(expr)
+            for name, expr in zip(PROVENANCE, _PROVENANCE_SQL, strict=True)
         ]
-        # OFFSET 0 keeps the lateral subquery from being flattened, so each cell is computed
-        # once per row (not once per reference in the CASE).
+        fetched = []
+        for i, name in enumerate(fields):
+            fetched.append(f"coalesce(o.payload ->> %s, '') AS f{i}")
+            params.append(name)
+            cells.append(_SQL_NEUTRALISE.format(f"c.f{i}"))
+        # Each payload field is read once per row in a lateral subquery (OFFSET 0 keeps it from
+        # being flattened, which would evaluate ->> once per reference in the CASE).
+        lateral = f"CROSS JOIN LATERAL (SELECT {', '.join(fetched)} OFFSET 0) c " if fields else ""
         sql = (
-            f"COPY (SELECT {', '.join(out)} FROM recovery_observation o "
-            f"CROSS JOIN LATERAL (SELECT {', '.join(cells)} OFFSET 0) c {_SQL_WHERE}) "
-            "TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
+            f"COPY (SELECT {', '.join(cells)} FROM recovery_observation o {lateral}"
+            f"{_SQL_WHERE}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
         )
     else:
         # Spelled out rather than json_build_object, whose text form is `"key" : value`:
         # the line must be byte for byte what `_jsonl` writes (json.dumps's separators, these
-        # keys in this order, the payload as jsonb renders it).
+        # keys in this order, the payload as jsonb renders it). One concat() builds the line in
+        # one buffer (a chain of || copies the growing line once per piece).
         values = [f"coalesce(to_json({expr})::text, 'null')" for expr in _PROVENANCE_SQL]
-        values[-1] = "o.version::text"
-        pieces = [
-            f"'{', ' if i else '{'}\"{name}\": ' || {value}"
-            for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True))
-        ]
-        line = " || ".join(
-            [*pieces, "', \"payload\": ' || coalesce(o.payload::text, 'null') || '}'"]
+        values[-1] = "o.version"
+        pieces: list[str] = []
+        for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True)):
+            pieces += [f"'{', ' if i else '{'}\"{name}\": '", value]
+        pieces += ["', \"payload\": '", "coalesce(o.payload::text, 'null')", "'}'"]
+        sql = (
+            f"COPY (SELECT concat({', '.join(pieces)}) FROM recovery_observation o "
+            f"{_SQL_WHERE}) TO STDOUT ({_JSONL_COPY_OPTIONS})"
         )
-        sql = f"SELECT {line} FROM recovery_observation o {_SQL_WHERE}"
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
 
@@ -209,35 +234,28 @@ def _header(run: Run) -> str:
     return header.getvalue()
 
 
-def _pg_lines(run: Run, fmt: str) -> Iterator[str]:
+def _pg_blocks(run: Run, fmt: str) -> Iterator[bytes]:
+    """The export as UTF-8 bytes, in chunks of at least FLUSH_BYTES (but the last)."""
     sql, params = _pg_query(run, fmt)
-    parts: list[str] = [_header(run)] if fmt == "csv" else []
-    size = 0
+    buffer = bytearray(_header(run).encode() if fmt == "csv" else b"")
     with transaction.atomic():
         connection.ensure_connection()
-        if fmt == "csv":
-            # COPY blocks may split a UTF-8 character: decode incrementally.
-            decoder = codecs.getincrementaldecoder("utf-8")()
-            with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
-                for block in copy:
-                    parts.append(decoder.decode(block))
-                    size += len(block)
-                    if size >= FLUSH_BYTES:
-                        yield "".join(parts)
-                        parts, size = [], 0
-                parts.append(decoder.decode(b"", final=True))
-        else:
-            name = f"salvage_export_{uuid.uuid4().hex}"
-            with connection.connection.cursor(name=name) as cursor:
-                cursor.itersize = CHUNK_ROWS
-                cursor.execute(sql, params)
-                for (line,) in cursor:
-                    parts.append(line + "\n")
-                    size += len(line)
-                    if size >= FLUSH_BYTES:
-                        yield "".join(parts)
-                        parts, size = [], 0
-    yield "".join(parts)
+        with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
+            # libpq hands a COPY over one row per block: gather them into chunks.
+            for block in copy:
+                buffer += block
+                if len(buffer) >= FLUSH_BYTES:
+                    yield bytes(buffer)
+                    buffer.clear()
+    yield bytes(buffer)
+
+
+def _pg_lines(run: Run, fmt: str) -> Iterator[str]:
+    # A chunk may end inside a UTF-8 character: decode incrementally.
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for chunk in _pg_blocks(run, fmt):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
 
 
 def _cursor_scope():

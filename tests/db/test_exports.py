@@ -193,3 +193,65 @@ def test_jsonb_text_matches_postgresql_for_every_payload(postgres_only):
             assert exports.jsonb_text(json.loads(json.dumps(payload), parse_float=Decimal)) == (
                 rendered
             )
+
+
+# Values that COPY's CSV format would quote or escape if they reached it raw: the JSONL lines
+# come through COPY (FORMAT csv) with \x01 and \x02 as delimiter and quote, and must still be
+# the JSON text unchanged. Formula-looking provenance cells exercise the CSV neutralisation.
+RAW_VALUES = [
+    {"title": 'say "hi", then \\ leave', "sku": "a\nb\r\nc", "price": "\t-1"},
+    {"title": "\x01\x02\x1f\x7f", "sku": "ünïcødé ✓ 😀", "price": "=1+1", 'k\x01"\n': "v"},
+    {"title": "", "sku": "\\\\N", "price": "\\."},
+    {"title": "end\\", "sku": None, "price": "@x"},
+]
+RAW_PROVENANCE = [
+    {"entity_key": '=e "1"', "partition": "+p\n", "scraper_version": "-v\x01"},
+    {"entity_key": "e\\2\t", "partition": "@p\x02", "scraper_version": "\tv"},
+    {"entity_key": "ë3 ✓", "partition": "\rp", "scraper_version": ""},
+    {"entity_key": "e4", "partition": "p", "scraper_version": "1"},
+]
+
+
+def raw_run():
+    run = accepted_run(per_partition=len(RAW_VALUES))
+    observations = list(Observation.objects.filter(run=run).order_by("pk"))
+    for obs, payload, provenance in zip(observations, RAW_VALUES, RAW_PROVENANCE, strict=True):
+        Observation.objects.filter(pk=obs.pk).update(payload=payload, **provenance)
+    return run
+
+
+def test_raw_control_characters_quotes_and_unicode_export_the_same_bytes_everywhere():
+    """stream() (COPY on PostgreSQL) equals the Python rendering byte for byte, on each
+    database, and every JSONL line parses back to the stored values."""
+    run = raw_run()
+    for fmt, render in (("csv", exports._csv), ("jsonl", exports._jsonl)):
+        text = "".join(exports.stream(run.pk, fmt))
+        assert text == "".join(render(run)), fmt
+        assert b"".join(exports.stream_bytes(run.pk, fmt)) == text.encode(), fmt
+    lines = "".join(exports.stream(run.pk, "jsonl")).split("\n")
+    assert lines[-1] == ""
+    rows = [json.loads(line) for line in lines[:-1]]
+    assert [r["payload"] for r in rows] == RAW_VALUES
+    assert [
+        {k: r[k] for k in ("entity_key", "partition", "scraper_version")} for r in rows
+    ] == RAW_PROVENANCE
+    cells = list(csv.reader(io.StringIO("".join(exports.stream(run.pk, "csv")), newline="")))
+    header = cells[0]
+    got = [dict(zip(header, row, strict=True)) for row in cells[1:]]
+    assert [r["entity_key"] for r in got] == ['\'=e "1"', "e\\2\t", "ë3 ✓", "e4"]
+    assert [r["partition"] for r in got] == ["'+p\n", "'@p\x02", "'\rp", "p"]
+    assert [r["scraper_version"] for r in got] == ["'-v\x01", "'\tv", "", "1"]
+    assert [r["price"] for r in got] == ["'\t-1", "'=1+1", "\\.", "'@x"]
+    assert [r["sku"] for r in got] == ["a\nb\r\nc", "ünïcødé ✓ 😀", "\\\\N", ""]
+
+
+def test_the_command_writes_the_same_bytes_to_a_binary_stdout_and_a_file(tmp_path):
+    run = raw_run()
+    for fmt in exports.FORMATS:
+        expected = "".join(exports.stream(run.pk, fmt)).encode()
+        stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        call_command("export", str(run.pk), "--format", fmt, stdout=stdout)
+        assert stdout.buffer.getvalue() == expected, fmt
+        target = tmp_path / f"out.{fmt}"
+        call_command("export", str(run.pk), "--format", fmt, "--output", str(target))
+        assert target.read_bytes() == expected, fmt

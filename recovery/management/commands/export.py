@@ -35,21 +35,32 @@ class Command(BaseCommand):
                     f"RUN {ref!r}: no such run, and no dataset of that name has an accepted run",
                     returncode=2,
                 ) from None
+        output = options["output"]
+        # Bytes go to a file or to the binary layer of standard output (a real stdout): no
+        # decoding and re-encoding of every chunk. A text-only stdout (call_command's StringIO)
+        # gets the text stream.
+        binary = getattr(self.stdout._out, "buffer", None)
+        make = exports.stream if not output and binary is None else exports.stream_bytes
         try:
-            chunks = exports.stream(run.pk, options["format"])
+            chunks = make(run.pk, options["format"])
         except exports.ExportError as exc:
             raise refuse(exc) from None
         chunks = progress.counted(chunks, f"export run {run.pk}", unit="rows", count=_lines)
-        output = options["output"]
         if not output:
-            for chunk in chunks:
-                self.stdout.write(chunk, ending="")
+            if binary is None:
+                for chunk in chunks:
+                    self.stdout.write(chunk, ending="")
+                self.stdout.flush()
+                return
             self.stdout.flush()
+            for chunk in chunks:
+                binary.write(chunk)
+            binary.flush()
             return
         target = Path(output).resolve()
         if target.exists() and not target.is_file():
             # /dev/null, a FIFO, a terminal: write straight through (never rename onto it).
-            with open(target, "w", encoding="utf-8", newline="") as handle:
+            with open(target, "wb") as handle:
                 for chunk in chunks:
                     handle.write(chunk)
             self.stdout.write(f"run {run.pk}: wrote {target}")
@@ -59,7 +70,7 @@ class Command(BaseCommand):
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         size = 0
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            with os.fdopen(fd, "wb") as handle:
                 for chunk in chunks:
                     handle.write(chunk)
                     size += len(chunk)
@@ -67,8 +78,8 @@ class Command(BaseCommand):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.stdout.write(f"run {run.pk}: wrote {target} ({size} characters)")
+        self.stdout.write(f"run {run.pk}: wrote {target} ({size} bytes)")
 
 
-def _lines(chunk: str) -> int:
-    return chunk.count("\n")
+def _lines(chunk: str | bytes) -> int:
+    return chunk.count("\n" if isinstance(chunk, str) else b"\n")
