@@ -3,10 +3,10 @@
 Only valid observations of accepted or published runs are exported: a candidate, rejected or
 collecting run is refused, and held (quarantined partition) or invalid observations are never
 included (guarantee 6). Rows are read in observation-id order and yielded in chunks of about
-64 KB: on PostgreSQL the database renders them (`_pg_blocks`: both formats through one
-COPY (SELECT ...) TO STDOUT inside a transaction, so nothing is materialised first, read as
-bytes and passed on as bytes by `stream_bytes`); on SQLite they come from `QuerySet.iterator`
-and Python renders them (`_csv`, `_jsonl`).
+64 KB: on PostgreSQL the database renders them (`_pg_blocks`: CSV through COPY (SELECT ...)
+TO STDOUT, JSONL from a named cursor, both inside a transaction so nothing is materialised
+first, read as bytes and passed on as bytes by `stream_bytes`); on SQLite they come from
+`QuerySet.iterator` and Python renders them (`_csv`, `_jsonl`).
 
 CSV: provenance columns, then the dataset's fields in a stable order (sorted by name: the spec
 is stored as jsonb, which does not keep key order); every cell is quoted. A cell that a
@@ -24,6 +24,7 @@ import codecs
 import csv
 import io
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import nullcontext
 from decimal import Decimal
@@ -152,10 +153,10 @@ def download(run_id: int, fmt: str, actor: str) -> Iterator[str]:
 
 # On PostgreSQL the database renders the output and Python passes bytes through: per-row
 # Python work (csv.writer, JSON parsing per cell, one str per row from a cursor, decoding and
-# re-encoding) was most of the export time. Both formats are one COPY (SELECT ...) TO STDOUT,
-# read as bytes and handed on in chunks (`stream_bytes`: the command writes them to a binary
-# output as they come). Both walk the observations in id order from an index, so rows stream
-# from the first block and nothing is sorted or hashed up front.
+# re-encoding) was most of the export time. CSV is COPY (SELECT ...) TO STDOUT, JSONL one line
+# per row from a named cursor, both read as bytes and handed on in chunks (`stream_bytes`: the
+# command writes them to a binary output as they come). Both walk the observations in id order
+# from an index, so rows stream from the first block and nothing is sorted or hashed up front.
 _PROVENANCE_SQL = (
     "o.observation_key",
     "o.entity_key",
@@ -178,12 +179,6 @@ _SQL_WHERE = (
     "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "
     "ORDER BY o.id"
 )
-# JSONL through COPY's CSV format: with a delimiter and a quote that JSON text never holds raw
-# (PostgreSQL's json and jsonb renderers escape every control character, CR and LF included),
-# COPY has nothing to quote in the single column, so each line is the JSON text unchanged
-# (tests/db/test_exports.py checks quotes, backslashes, newlines, tabs, control characters
-# and non-ASCII in values and keys).
-_JSONL_COPY_OPTIONS = r"FORMAT csv, DELIMITER E'\x01', QUOTE E'\x02'"
 
 
 def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
@@ -219,10 +214,7 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
         for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True)):
             pieces += [f"'{', ' if i else '{'}\"{name}\": '", value]
         pieces += ["', \"payload\": '", "coalesce(o.payload::text, 'null')", "'}'"]
-        sql = (
-            f"COPY (SELECT concat({', '.join(pieces)}) FROM recovery_observation o "
-            f"{_SQL_WHERE}) TO STDOUT ({_JSONL_COPY_OPTIONS})"
-        )
+        sql = f"SELECT concat({', '.join(pieces)}) FROM recovery_observation o {_SQL_WHERE}"
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
 
@@ -235,19 +227,33 @@ def _header(run: Run) -> str:
 
 
 def _pg_blocks(run: Run, fmt: str) -> Iterator[bytes]:
-    """The export as UTF-8 bytes, in chunks of at least FLUSH_BYTES (but the last)."""
+    """The export as UTF-8 bytes, in chunks of at least FLUSH_BYTES (CSV) or CHUNK_ROWS lines
+    (JSONL), but the last."""
     sql, params = _pg_query(run, fmt)
-    buffer = bytearray(_header(run).encode() if fmt == "csv" else b"")
     with transaction.atomic():
         connection.ensure_connection()
-        with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
-            # libpq hands a COPY over one row per block: gather them into chunks.
-            for block in copy:
-                buffer += block
-                if len(buffer) >= FLUSH_BYTES:
-                    yield bytes(buffer)
-                    buffer.clear()
-    yield bytes(buffer)
+        if fmt == "csv":
+            buffer = bytearray(_header(run).encode())
+            with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
+                # libpq hands a COPY over one row per block: gather them into chunks.
+                for block in copy:
+                    buffer += block
+                    if len(buffer) >= FLUSH_BYTES:
+                        yield bytes(buffer)
+                        buffer.clear()
+            yield bytes(buffer)
+            return
+        # JSONL from a named cursor in binary format, each line loaded as its raw UTF-8 bytes
+        # (no str per row): measured cheaper than COPY, whose CSV and text formats scan (and
+        # would escape) every byte of the JSON again, and no more work for Python.
+        from psycopg.types.string import ByteaBinaryLoader  # PostgreSQL only
+
+        name = f"salvage_export_{uuid.uuid4().hex}"
+        with connection.connection.cursor(name=name, binary=True) as cursor:
+            cursor.adapters.register_loader("text", ByteaBinaryLoader)
+            cursor.execute(sql, params)
+            while rows := cursor.fetchmany(CHUNK_ROWS):
+                yield b"\n".join([line for (line,) in rows]) + b"\n"
 
 
 def _pg_lines(run: Run, fmt: str) -> Iterator[str]:

@@ -195,9 +195,10 @@ def test_jsonb_text_matches_postgresql_for_every_payload(postgres_only):
             )
 
 
-# Values that COPY's CSV format would quote or escape if they reached it raw: the JSONL lines
-# come through COPY (FORMAT csv) with \x01 and \x02 as delimiter and quote, and must still be
-# the JSON text unchanged. Formula-looking provenance cells exercise the CSV neutralisation.
+# Values that need quoting or escaping (quotes, backslashes, CR/LF, tabs, control characters,
+# non-ASCII, formula-looking cells) in the payload and in provenance: on PostgreSQL the SQL
+# renders them (CSV through COPY, JSONL as bytes from a cursor), and the bytes must be those of
+# the Python rendering.
 RAW_VALUES = [
     {"title": 'say "hi", then \\ leave', "sku": "a\nb\r\nc", "price": "\t-1"},
     {"title": "\x01\x02\x1f\x7f", "sku": "ünïcødé ✓ 😀", "price": "=1+1", 'k\x01"\n': "v"},

@@ -18,6 +18,9 @@ from recovery.management.commands._accept_cli import refuse
 
 class Command(BaseCommand):
     help = "Export a run's accepted observations as CSV or JSONL."
+    # No system checks: they import every URLconf and view (about half the start-up), and an
+    # export of a few rows should not wait for them. `manage.py check` runs them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("run", help="run id, dataset@window, or dataset name (current run)")
