@@ -1,6 +1,7 @@
 """Export throughput and peak memory against PostgreSQL's own COPY, in one run.
 
     python bench/export.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME] [--keep|--reuse]
+                           [--baseline-root CHECKOUT]
 
 1. Drops and creates a scratch database (BENCH_DATABASE_URL or DATABASE_URL names the server;
    default postgres://postgres@127.0.0.1:5432/postgres), migrates it, and generates one
@@ -23,6 +24,11 @@
    (provenance columns). ratio_excl_startup subtracts the command's start-up (the median time
    of exporting an empty accepted run). rss_growth = peak RSS at the largest size / at the
    smallest (flat memory: about 1). Targets: ratio >= 0.5 at 1,000,000 rows, memory flat.
+4. --baseline-root CHECKOUT (e.g. a `git archive main` extracted elsewhere) also runs that
+   checkout's `manage.py export` in every repetition, in turn with ours (the order swapped
+   every repetition) and paired with the same COPY: its rows get "code": "baseline", and ours
+   get "vs_baseline" = the baseline's seconds / ours (median over repetitions; > 1 means
+   faster than the baseline). A lever's before and after, in one run on the same data.
 """
 
 from __future__ import annotations
@@ -108,7 +114,11 @@ def pair(got: dict, copy: dict) -> dict:
     }
 
 
-def summarise(samples: dict[tuple[int, str], list[dict]], startup: float) -> list[dict]:
+def summarise(
+    samples: dict[tuple[int, str], list[dict]],
+    startup: float,
+    baseline: dict[tuple[int, str], list[dict]] | None = None,
+) -> list[dict]:
     """One row per (rows, format) from paired measurements, medians over repetitions, and
     rss_growth per format = peak RSS at the largest size / at the smallest."""
     med = statistics.median
@@ -140,6 +150,11 @@ def summarise(samples: dict[tuple[int, str], list[dict]], startup: float) -> lis
                 "reps": len(got),
             }
         )
+        if baseline and (n, fmt) in baseline:
+            paired = zip(baseline[(n, fmt)], got, strict=True)
+            results[-1]["vs_baseline"] = round(
+                med(b["seconds"] / g["seconds"] for b, g in paired), 3
+            )
     for fmt in {r["format"] for r in results}:
         rss = {r["rows"]: r["peak_rss_mb"] for r in results if r["format"] == fmt}
         growth = round(rss[max(rss)] / rss[min(rss)], 3)
@@ -197,6 +212,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--pg-name", default="bench_export_scratch")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--baseline-root",
+        type=Path,
+        help="another checkout whose manage.py export is measured too, paired (section 4)",
+    )
     parser.add_argument(
         "--reuse",
         action="store_true",
@@ -282,11 +302,12 @@ def main() -> int:
         )
         return ["psql", "-X", "-q", "-c", sql]
 
-    def export_argv(run_id: int, fmt: str) -> list[str]:
-        return [sys.executable, "manage.py", "export", str(run_id), "--format", fmt]
+    def export_argv(run_id: int, fmt: str, root: Path = ROOT) -> list[str]:
+        return [sys.executable, str(root / "manage.py"), "export", str(run_id), "--format", fmt]
 
     report = Path(tempfile.mkdtemp(prefix="bench-export-")) / "rusage.json"
     samples: dict[tuple[int, str], list[dict]] = {}
+    baseline: dict[tuple[int, str], list[dict]] = {}
     startups: list[float] = []
     for n in sizes:
         measure(copy_argv(runs[n]), psql_env, report)  # warm the table
@@ -304,20 +325,28 @@ def main() -> int:
                 flush=True,
             )
             fmts = FORMATS if rep % 2 == 0 else tuple(reversed(FORMATS))
+            # Ours and the baseline's (if any) in turn, the order swapped every repetition.
+            sides = [("", ROOT, samples)]
+            if args.baseline_root:
+                sides.append(("baseline", args.baseline_root.resolve(), baseline))
+            if rep % 2:
+                sides.reverse()
             for fmt in fmts:
-                got = pair(measure(export_argv(runs[n], fmt), child_env, report), copy)
-                mbs = got["mb_per_s"]
-                samples.setdefault((n, fmt), []).append(got)
-                print(
-                    f"rep {rep} {n:>9,} rows  {fmt:<6} {got['seconds']:7.2f} s "
-                    f"{n / got['seconds']:9,.0f} rows/s  ratio {got['ratio']:.2f}  "
-                    f"{mbs:7.1f} MB/s (x{got['mb_ratio']:.2f})  "
-                    f"rss {got['peak_rss_mb']:6.1f} MB  cpu {got['cpu_s']:.1f} s",
-                    flush=True,
-                )
+                for code, root, into in sides:
+                    got = pair(measure(export_argv(runs[n], fmt, root), child_env, report), copy)
+                    into.setdefault((n, fmt), []).append(got)
+                    print(
+                        f"rep {rep} {n:>9,} rows  {fmt:<6} {got['seconds']:7.2f} s "
+                        f"{n / got['seconds']:9,.0f} rows/s  ratio {got['ratio']:.2f}  "
+                        f"{got['mb_per_s']:7.1f} MB/s (x{got['mb_ratio']:.2f})  "
+                        f"rss {got['peak_rss_mb']:6.1f} MB  cpu {got['cpu_s']:.1f} s  {code}",
+                        flush=True,
+                    )
 
     startup = statistics.median(startups) if startups else 0.0
-    results = summarise(samples, startup)
+    results = summarise(samples, startup, baseline)
+    if baseline:
+        results += [{**r, "code": "baseline"} for r in summarise(baseline, startup)]
     if not (args.keep or args.reuse):
         drop_database(args.pg_name)
     for r in results:
@@ -325,7 +354,9 @@ def main() -> int:
             f"{r['rows']:>9,} rows {r['format']:<5}: {r['rows_per_s']:,} rows/s against COPY's "
             f"{r['copy_rows_per_s']:,}, ratio {r['ratio']} ({r['ratio_excl_startup']} without "
             f"start-up); {r['mb_per_s']} MB/s against {r['copy_mb_per_s']} (x{r['mb_ratio']}); "
-            f"peak RSS {r['peak_rss_mb']} MB (growth x{r['rss_growth']})",
+            f"peak RSS {r['peak_rss_mb']} MB (growth x{r['rss_growth']})"
+            + (f"; x{r['vs_baseline']} the baseline's speed" if "vs_baseline" in r else "")
+            + (" [baseline]" if r.get("code") == "baseline" else ""),
             flush=True,
         )
     summary = {
