@@ -206,15 +206,18 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
     else:
         # Spelled out rather than json_build_object, whose text form is `"key" : value`:
         # the line must be byte for byte what `_jsonl` writes (json.dumps's separators, these
-        # keys in this order, the payload as jsonb renders it). One concat() builds the line in
-        # one buffer (a chain of || copies the growing line once per piece).
+        # keys in this order, the payload as jsonb renders it). A chain of || measured a little
+        # cheaper than one concat() (4.0 against 4.3 s of backend CPU at 1,000,000 rows).
         values = [f"coalesce(to_json({expr})::text, 'null')" for expr in _PROVENANCE_SQL]
-        values[-1] = "o.version"
-        pieces: list[str] = []
-        for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True)):
-            pieces += [f"'{', ' if i else '{'}\"{name}\": '", value]
-        pieces += ["', \"payload\": '", "coalesce(o.payload::text, 'null')", "'}'"]
-        sql = f"SELECT concat({', '.join(pieces)}) FROM recovery_observation o {_SQL_WHERE}"
+        values[-1] = "o.version::text"
+        pieces = [
+            f"'{', ' if i else '{'}\"{name}\": ' || {value}"
+            for i, (name, value) in enumerate(zip(PROVENANCE, values, strict=True))
+        ]
+        line = " || ".join(
+            [*pieces, "', \"payload\": ' || coalesce(o.payload::text, 'null') || '}'"]
+        )
+        sql = f"SELECT {line} FROM recovery_observation o {_SQL_WHERE}"
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
 
