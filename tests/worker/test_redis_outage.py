@@ -71,6 +71,14 @@ def test_qcluster_and_dispatch_ride_out_a_redis_restart_and_finish_the_run_once(
 
             redis_server.start()  # empty: the wake-ups it held are gone (at-most-once)
             wait_until(lambda: all_terminal(run.pk), timeout=120, what="the run after the outage")
+            # The run can finish before a guard's next probe (up to the 1 s backoff cap, more
+            # on a loaded box): wait for each line rather than stop the processes first.
+            for proc in (cluster, dispatch):
+                wait_until(
+                    lambda p=proc: says(p, f"{p.name}: Redis broker available again"),
+                    timeout=30,
+                    what=f"{proc.name} seeing Redis back",
+                )
             assert cluster.alive() and dispatch.alive()
     assert_each_task_done_once(run.pk, 60)
     for proc in (cluster, dispatch):
@@ -127,6 +135,12 @@ def test_a_qcluster_started_while_redis_is_down_waits_for_it_and_then_works(tmp_
             assert cluster.alive() and dispatch.alive()
             redis_server.start()
             wait_until(lambda: all_terminal(run.pk), timeout=120, what="the run once Redis is up")
+            for proc in (cluster, dispatch):
+                wait_until(
+                    lambda p=proc: says(p, f"{p.name}: Redis broker available again"),
+                    timeout=30,
+                    what=f"{proc.name} seeing Redis back",
+                )
     finally:
         redis_server.stop()
     assert_each_task_done_once(run.pk, 20)
