@@ -171,6 +171,15 @@ def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
             assert committed(run.pk) == before  # nothing could commit meanwhile
         assert before < pages, "the run finished before the outage: make it longer"
         wait_until(lambda: all_terminal(run.pk), timeout=300, what="the run after the outage")
+        # One worker can finish the run while the other is still in its backoff: wait for
+        # each one's line rather than stop it first.
+        for proc, kind in [*((w, "work") for w in workers), (deliver, "deliver")]:
+            wait_until(
+                lambda p=proc, k=kind: f"{k}: database available again"
+                in p.log_path.read_text(errors="replace"),
+                timeout=30,
+                what=f"{proc.name} seeing the database back",
+            )
         assert all(p.alive() for p in [*workers, deliver])
     assert_each_task_done_once(run.pk, pages)
     for proc, kind in [*((w, "work") for w in workers), (deliver, "deliver")]:
