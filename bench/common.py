@@ -123,11 +123,11 @@ def generate_run(
             f"""
             INSERT INTO recovery_observation (
                 run_id, observation_key, entity_key, "window", partition, payload, payload_hash,
-                source_task_id, scraper_version, validation_state, version, observed_at,
-                updated_at)
+                source_task_id, source_task_key, scraper_version, validation_state, version,
+                observed_at, updated_at)
             SELECT t.run_id, md5('o' || t.task_key) || md5(t.task_key), 'SKU-' || t.id, %s,
                    t.partition, {payload_sql},
-                   md5(t.task_key) || md5(t.url), t.id, '1', %s, 1, now(), now()
+                   md5(t.task_key) || md5(t.url), t.id, t.task_key, '1', %s, 1, now(), now()
             FROM recovery_task t WHERE t.run_id = %s
             """,
             [window, validation_state, run_id],

@@ -31,11 +31,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
+from django.db.models import OuterRef, Subquery, TextField
+from django.db.models.functions import Cast, Coalesce
 
 from recovery import audit
-from recovery.models import Observation, Run, RunPartition
+from recovery.models import Observation, Run, RunPartition, Task
 from recovery.states.run import AVAILABLE
 
 FORMATS = ("csv", "jsonl")
@@ -162,7 +162,10 @@ _PROVENANCE_SQL = (
     "o.entity_key",
     'o."window"',
     "o.partition",
-    "(SELECT t.task_key FROM recovery_task t WHERE t.id = o.source_task_id)",
+    # The copy on the row; the task's own key only where none is stored (NULL: rows written
+    # before the copy existed). COALESCE evaluates the subquery only then.
+    "COALESCE(o.source_task_key, "
+    "(SELECT t.task_key FROM recovery_task t WHERE t.id = o.source_task_id))",
     "o.scraper_version",
     "o.version",
 )
@@ -280,6 +283,13 @@ def _rows(run: Run, *fields: str, **annotations):
     return qs.values_list(*fields).iterator(chunk_size=CHUNK_ROWS)
 
 
+# The stored copy of the task key, or the task's own where none is stored (as _PROVENANCE_SQL).
+_TASK_KEY = Coalesce(
+    "source_task_key",
+    Subquery(Task.objects.filter(pk=OuterRef("source_task_id")).values("task_key")[:1]),
+)
+
+
 def _csv(run: Run) -> Iterator[str]:
     header = columns(run)
     fields = header[len(PROVENANCE) :]
@@ -294,10 +304,11 @@ def _csv(run: Run) -> Iterator[str]:
             "entity_key",
             "window",
             "partition",
-            "source_task__task_key",
+            "task_key_or_lookup",
             "scraper_version",
             "version",
             "payload_text",
+            task_key_or_lookup=_TASK_KEY,
             payload_text=Cast("payload", TextField()),
         )
         for *prov, payload_text in rows:
@@ -357,10 +368,11 @@ def _jsonl(run: Run) -> Iterator[str]:
             "entity_key",
             "window",
             "partition",
-            "source_task__task_key",
+            "task_key_or_lookup",
             "scraper_version",
             "version",
             "payload_text",
+            task_key_or_lookup=_TASK_KEY,
             payload_text=Cast("payload", TextField()),
         )
         for key, entity, window, partition, task_key, version_s, version, payload_text in rows:

@@ -350,6 +350,11 @@ class Observation(models.Model):
     payload = models.JSONField()
     payload_hash = models.CharField(max_length=64)
     source_task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="observations")
+    # A copy of source_task.task_key (which never changes), written by the commit paths with
+    # source_task so an export reads it without a recovery_task probe per row. NULL = not
+    # stored (rows written before it, or by hand): readers then look the task key up. NULL,
+    # not "", so "not stored" cannot be mistaken for a value.
+    source_task_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     source_attempt = models.ForeignKey(
         Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )

@@ -181,6 +181,7 @@ _O_TYPES = (
     "jsonb",  # payload
     "varchar",  # payload_hash
     "bigint",  # source_task_id
+    "varchar",  # source_task_key
     "uuid",  # source_attempt_id
     "varchar",  # scraper_version
 )
@@ -230,7 +231,7 @@ attempts AS (
     RETURNING 1
 ),
 o(seq, okey, run_id, entity_key, "window", partition, payload, payload_hash, task_id,
-    attempt_id, scraper_version) AS ({o}),
+    task_key, attempt_id, scraper_version) AS ({o}),
 won_obs AS (
     SELECT DISTINCT ON (o.okey) o.*, r.acceptance_state FROM o
     JOIN fenced AS f ON f.id = o.task_id JOIN recovery_run AS r ON r.id = o.run_id
@@ -240,15 +241,16 @@ observations AS (
     -- Upsert by observation_key; an unchanged payload is a no-op (repeat execution).
     -- Sorted by key: concurrent committers lock rows in the same order.
     INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window",
-        partition, payload, payload_hash, source_task_id, source_attempt_id, scraper_version,
-        validation_state, version, observed_at, updated_at)
+        partition, payload, payload_hash, source_task_id, source_task_key, source_attempt_id,
+        scraper_version, validation_state, version, observed_at, updated_at)
     SELECT run_id, okey, entity_key, "window", partition, payload, payload_hash, task_id,
-        attempt_id, scraper_version, 'pending', 1, %(finished)s, %(finished)s
+        task_key, attempt_id, scraper_version, 'pending', 1, %(finished)s, %(finished)s
     FROM won_obs WHERE acceptance_state <> ALL(%(versioned)s::varchar[])
     ORDER BY okey
     ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload,
         payload_hash = excluded.payload_hash, partition = excluded.partition,
         source_task_id = excluded.source_task_id,
+        source_task_key = excluded.source_task_key,
         source_attempt_id = excluded.source_attempt_id,
         scraper_version = excluded.scraper_version, validation_state = 'pending',
         updated_at = excluded.updated_at
@@ -326,7 +328,7 @@ def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
             obs_by_seq[seq] = ObservationRow(okey, entity_key, payload_json, digest, p)
             o_rows.append(
                 [seq, okey, c.run_id, entity_key[:500], c.window, c.partition, payload_json,
-                 digest, c.task_id, p.attempt_id, c.scraper_version]
+                 digest, c.task_id, c.task_key, p.attempt_id, c.scraper_version]
             )  # fmt: skip
         for child in p.outcome.discovered:
             try:

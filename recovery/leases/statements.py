@@ -80,7 +80,7 @@ def values_sql(n_rows: int, casts: Sequence[str]) -> str:
 def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
     pg = is_pg()
     json_mark = "::jsonb" if pg else ""
-    casts = ("",) * 5 + (json_mark,) + ("",) * 8
+    casts = ("",) * 5 + (json_mark,) + ("",) * 9
     changed = 0
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start : start + CHUNK]
@@ -96,6 +96,7 @@ def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
                 row.payload_json,
                 row.payload_hash,
                 c.task_id,
+                c.task_key,
                 row.plan.attempt_id if pg else row.plan.attempt_id.hex,
                 c.scraper_version,
                 "pending",
@@ -107,12 +108,14 @@ def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
         # back to validation), so a repeated execution is a no-op for the data.
         cursor.execute(
             'INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window", '
-            "partition, payload, payload_hash, source_task_id, source_attempt_id, "
-            "scraper_version, validation_state, version, observed_at, updated_at) "
+            "partition, payload, payload_hash, source_task_id, source_task_key, "
+            "source_attempt_id, scraper_version, validation_state, version, observed_at, "
+            "updated_at) "
             f"VALUES {values_sql(len(chunk), casts)} "
             "ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload, "
             "payload_hash = excluded.payload_hash, partition = excluded.partition, "
             "source_task_id = excluded.source_task_id, "
+            "source_task_key = excluded.source_task_key, "
             "source_attempt_id = excluded.source_attempt_id, "
             "scraper_version = excluded.scraper_version, validation_state = 'pending', "
             "updated_at = excluded.updated_at "
