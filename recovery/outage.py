@@ -63,6 +63,18 @@ else:
 OUTAGE_ERRORS = DATABASE_ERRORS + BROKER_ERRORS
 
 
+# SQLite reports a missing table or column (code newer than the database's migrations) as an
+# OperationalError, as it does a lock; no wait makes it go away, so it is raised, not waited
+# out (a loop waiting it out logged "unavailable" and "available again" forever).
+_SQLITE_SCHEMA_ERRORS = ("no such table", "no such column", "has no column named")
+
+
+def schema_error(exc: BaseException) -> bool:
+    return isinstance(exc, OperationalError) and any(
+        text in str(exc) for text in _SQLITE_SCHEMA_ERRORS
+    )
+
+
 class DatabaseOutage(RuntimeError):
     """The database (or the Redis broker) stayed unreachable past the configured limit."""
 
@@ -126,6 +138,8 @@ class OutageGuard:
         try:
             return fn()
         except OUTAGE_ERRORS as exc:
+            if schema_error(exc):
+                raise
             self.wait_out(exc)
             return None
 

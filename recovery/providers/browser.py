@@ -419,8 +419,10 @@ class BrowserProvider:
 
 
 try:
-    from playwright.async_api import Error as _PlaywrightError
-    from playwright.async_api import TimeoutError as _PlaywrightTimeout
+    # The same classes playwright.async_api exports, from the module that defines them:
+    # async_api itself costs every worker ~60 ms of start-up, browser or not.
+    from playwright._impl._errors import Error as _PlaywrightError
+    from playwright._impl._errors import TimeoutError as _PlaywrightTimeout
 except ImportError:  # the optional extra is missing: the provider says so when it is used
 
     class _PlaywrightError(Exception):  # type: ignore[no-redef]

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from recovery import chromium
 from recovery.providers.base import Outcome, TaskInput
 from recovery.providers.browser import BrowserProvider
 
@@ -79,7 +78,8 @@ def task_input(url: str, spec: dict[str, Any], page_type: str = "product") -> Ta
 
 
 def render(urls: list[str], page_type: str = "product", **options: Any) -> list[Outcome]:
-    """Run the provider on its own event loop, then close this loop's Chromium."""
+    """Run the provider on its own event loop, then close it as the worker does (this loop's
+    Chromium and its robots.txt client)."""
     spec = browser_spec(**options)
 
     async def go() -> list[Outcome]:
@@ -87,7 +87,7 @@ def render(urls: list[str], page_type: str = "product", **options: Any) -> list[
         try:
             return await provider.execute_many([task_input(u, spec, page_type) for u in urls])
         finally:
-            await chromium.close_shared()
+            await provider.aclose()
 
     return asyncio.run(go())
 

@@ -177,7 +177,7 @@ def test_a_browser_crash_mid_render_is_a_network_failure_and_the_next_task_relau
             (after,) = await provider.execute_many([task_input(sandbox.url("/js/product/7"), spec)])
             return crashed, after, chromium.shared(CHROMIUM).launches
         finally:
-            await chromium.close_shared()
+            await provider.aclose()
 
     crashed, after, launches = asyncio.run(go())
     assert crashed.error_class == ErrorClass.NETWORK, crashed.error_detail

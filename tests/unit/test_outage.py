@@ -107,6 +107,19 @@ def test_other_errors_are_not_swallowed():
         g.step(lambda: 1 / 0)
 
 
+def test_a_missing_table_or_column_is_raised_not_waited_out():
+    # SQLite says so with an OperationalError, as for a lock: the code is newer than the
+    # database's migrations, and no wait mends that.
+    database = Database(outage=0)
+    g, stop = guard(database)
+    for message in ("no such column: recovery_observation.x", "no such table: recovery_task"):
+        with pytest.raises(OperationalError, match="no such"):
+            g.step(lambda m=message: down(m))
+    assert (database.probes, stop.waits, g.outages) == (0, [], 0)
+    g.step(lambda: down("database is locked"))  # a lock is waited out as before
+    assert g.outages == 1
+
+
 def test_a_stop_request_ends_the_wait_at_once():
     stop = threading.Event()
     stop.set()
