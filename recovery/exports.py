@@ -24,7 +24,6 @@ import codecs
 import csv
 import io
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import nullcontext
 from decimal import Decimal
@@ -220,7 +219,14 @@ def _pg_query(run: Run, fmt: str) -> tuple[str, list]:
         line = " || ".join(
             [*pieces, "', \"payload\": ' || coalesce(o.payload::text, 'null') || '}'"]
         )
-        sql = f"SELECT {line} FROM recovery_observation o {_SQL_WHERE}"
+        # Through COPY as well, so the database streams while this process writes (a named
+        # cursor's fetches leave one side idle while the other works), in binary format: each
+        # line's bytes as they are (COPY's CSV and text formats scan every byte again, and text
+        # would escape the JSON's backslashes).
+        sql = (
+            f"COPY (SELECT {line} FROM recovery_observation o {_SQL_WHERE}) TO STDOUT "
+            "(FORMAT binary)"
+        )
     return sql, [*params, run.pk, Observation.Validation.VALID, run.pk]
 
 
@@ -233,33 +239,32 @@ def _header(run: Run) -> str:
 
 
 def _pg_blocks(run: Run, fmt: str) -> Iterator[bytes]:
-    """The export as UTF-8 bytes, in chunks of at least FLUSH_BYTES (CSV) or CHUNK_ROWS lines
-    (JSONL), but the last."""
+    """The export as UTF-8 bytes, in chunks of at least FLUSH_BYTES, but the last."""
     sql, params = _pg_query(run, fmt)
     with transaction.atomic():
         connection.ensure_connection()
-        if fmt == "csv":
-            buffer = bytearray(_header(run).encode())
-            with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
+        buffer = bytearray(_header(run).encode() if fmt == "csv" else b"")
+        with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
+            if fmt == "csv":
                 # libpq hands a COPY over one row per block: gather them into chunks.
                 for block in copy:
                     buffer += block
                     if len(buffer) >= FLUSH_BYTES:
                         yield bytes(buffer)
                         buffer.clear()
-            yield bytes(buffer)
-            return
-        # JSONL from a named cursor in binary format, each line loaded as its raw UTF-8 bytes
-        # (no str per row): measured cheaper than COPY, whose CSV and text formats scan (and
-        # would escape) every byte of the JSON again, and no more work for Python.
-        from psycopg.types.string import ByteaBinaryLoader  # PostgreSQL only
+            else:
+                from psycopg.types.string import ByteaBinaryLoader  # PostgreSQL only
 
-        name = f"salvage_export_{uuid.uuid4().hex}"
-        with connection.connection.cursor(name=name, binary=True) as cursor:
-            cursor.adapters.register_loader("text", ByteaBinaryLoader)
-            cursor.execute(sql, params)
-            while rows := cursor.fetchmany(CHUNK_ROWS):
-                yield b"\n".join([line for (line,) in rows]) + b"\n"
+                # Each line loaded as its raw UTF-8 bytes (no str per row).
+                cursor.adapters.register_loader("text", ByteaBinaryLoader)
+                copy.set_types(["text"])
+                for (line,) in copy.rows():
+                    buffer += line
+                    buffer += b"\n"
+                    if len(buffer) >= FLUSH_BYTES:
+                        yield bytes(buffer)
+                        buffer.clear()
+        yield bytes(buffer)
 
 
 def _pg_lines(run: Run, fmt: str) -> Iterator[str]:
