@@ -4,7 +4,7 @@ Only valid observations of accepted or published runs are exported: a candidate,
 collecting run is refused, and held (quarantined partition) or invalid observations are never
 included (guarantee 6). Rows are read in observation-id order and yielded in chunks of about
 64 KB: on PostgreSQL the database renders them (`_pg_blocks`: CSV through COPY (SELECT ...)
-TO STDOUT, JSONL from a named cursor, both inside a transaction so nothing is materialised
+TO STDOUT, JSONL through COPY in binary format, both inside a transaction so nothing is materialised
 first, read as bytes and passed on as bytes by `stream_bytes`); on SQLite they come from
 `QuerySet.iterator` and Python renders them (`_csv`, `_jsonl`).
 
@@ -153,9 +153,10 @@ def download(run_id: int, fmt: str, actor: str) -> Iterator[str]:
 # On PostgreSQL the database renders the output and Python passes bytes through: per-row
 # Python work (csv.writer, JSON parsing per cell, one str per row from a cursor, decoding and
 # re-encoding) was most of the export time. CSV is COPY (SELECT ...) TO STDOUT, JSONL one line
-# per row from a named cursor, both read as bytes and handed on in chunks (`stream_bytes`: the
-# command writes them to a binary output as they come). Both walk the observations in id order
-# from an index, so rows stream from the first block and nothing is sorted or hashed up front.
+# per row through COPY in binary format, both read as bytes and handed on in chunks
+# (`stream_bytes`: the command writes them to a binary output as they come). Both walk the
+# observations in id order from an index, so rows stream from the first block and nothing is
+# sorted or hashed up front.
 _PROVENANCE_SQL = (
     "o.observation_key",
     "o.entity_key",
