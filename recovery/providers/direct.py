@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 from selectolax.lexbor import LexborHTMLParser
 
 from recovery import drift, extraction, failures, robots, sitemaps
-from recovery.http import Fetcher, FetchError, Page
+from recovery.http import TRANSPORTS, Fetcher, FetchError, Page
 from recovery.keys import canonical_url
 from recovery.logs import redact
 from recovery.pagechecks import PageCheckFailure, PageView, check_page
@@ -87,6 +87,11 @@ def parse_options(options: dict[str, Any]) -> dict[str, Any]:
         if kind is str:
             if not isinstance(value, str) or not value:
                 raise ValueError(f"provider_options.{key}: must be a non-empty string")
+            if key == "transport" and value not in TRANSPORTS:
+                # At load time, not when the first worker builds its Fetcher.
+                raise ValueError(
+                    f"provider_options.transport: {value!r} is not one of {', '.join(TRANSPORTS)}"
+                )
         else:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"provider_options.{key}: must be a number")

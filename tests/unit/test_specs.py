@@ -153,6 +153,11 @@ DELETE = object()
         ("partition.rule", "field:sku", "partitioning by an extracted field is not supported"),
         ("provider_options", {"api_key": "x"}, "provider_options.api_key: looks like a credential"),
         ("provider_options", {"Token": "x"}, "provider_options.Token: looks like a credential"),
+        (
+            "provider_options",
+            {"transport": "curl"},
+            "provider_options.transport: 'curl' is not one of aiohttp, httpx-aiohttp, httpcore",
+        ),
         ("rules", {"name": "x"}, "rules: must be an array"),
         ("rules", [{"kind": "coverage", "min": 1}], "rules[0].name: required"),
         ("rules", [{"name": "c", "kind": "magic"}], "rules.c.kind: 'magic' is not one of"),
