@@ -247,24 +247,20 @@ def _pg_blocks(run: Run, fmt: str) -> Iterator[bytes]:
         buffer = bytearray(_header(run).encode() if fmt == "csv" else b"")
         with connection.connection.cursor() as cursor, cursor.copy(sql, params) as copy:
             if fmt == "csv":
-                # libpq hands a COPY over one row per block: gather them into chunks.
-                for block in copy:
-                    buffer += block
-                    if len(buffer) >= FLUSH_BYTES:
-                        yield bytes(buffer)
-                        buffer.clear()
+                pieces = iter(copy)  # libpq hands a COPY over one row per block
             else:
                 from psycopg.types.string import ByteaBinaryLoader  # PostgreSQL only
 
                 # Each line loaded as its raw UTF-8 bytes (no str per row).
                 cursor.adapters.register_loader("text", ByteaBinaryLoader)
                 copy.set_types(["text"])
-                for (line,) in copy.rows():
-                    buffer += line
-                    buffer += b"\n"
-                    if len(buffer) >= FLUSH_BYTES:
-                        yield bytes(buffer)
-                        buffer.clear()
+                pieces = (line + b"\n" for (line,) in copy.rows())
+            # Gathered into chunks.
+            for piece in pieces:
+                buffer += piece
+                if len(buffer) >= FLUSH_BYTES:
+                    yield bytes(buffer)
+                    buffer.clear()
         yield bytes(buffer)
 
 

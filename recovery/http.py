@@ -49,7 +49,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -902,26 +902,10 @@ class Fetcher:
             response = await client.send(request, stream=True)
             try:
                 cookies.extract(response)
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > cap:
-                    raise FetchError(
-                        ErrorClass.TOO_LARGE,
-                        f"Content-Length {declared} is over the {cap}-byte cap",
-                        status=response.status_code,
-                    )
+                _check_declared(response.headers, cap, response.status_code)
                 chunks: list[bytes] = []
-                size = 0
                 if response.status_code not in REDIRECT_STATUSES:
-                    # Decoded bytes are counted, so a compressed bomb stops at the cap too.
-                    async for chunk in response.aiter_bytes():
-                        size += len(chunk)
-                        if size > cap:
-                            raise FetchError(
-                                ErrorClass.TOO_LARGE,
-                                f"response body over the {cap}-byte cap",
-                                status=response.status_code,
-                            )
-                        chunks.append(chunk)
+                    chunks = await _read_capped(response.aiter_bytes(), cap, response.status_code)
             finally:
                 await response.aclose()
         except FetchError:
@@ -956,27 +940,11 @@ class Fetcher:
                 headers = httpx.Headers(response.raw_headers)
                 url = request.page_url
                 cookies.extract_from(url, headers)
-                declared = headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > cap:
-                    raise FetchError(
-                        ErrorClass.TOO_LARGE,
-                        f"Content-Length {declared} is over the {cap}-byte cap",
-                        status=response.status,
-                    )
+                _check_declared(headers, cap, response.status)
                 chunks: list[bytes] = []
-                size = 0
                 if response.status not in REDIRECT_STATUSES:
-                    # aiohttp decodes as it reads, in bounded steps: decoded bytes are counted,
-                    # so a compressed bomb stops at the cap too.
-                    async for chunk in response.content.iter_any():
-                        size += len(chunk)
-                        if size > cap:
-                            raise FetchError(
-                                ErrorClass.TOO_LARGE,
-                                f"response body over the {cap}-byte cap",
-                                status=response.status,
-                            )
-                        chunks.append(chunk)
+                    # aiohttp decodes as it reads, in bounded steps.
+                    chunks = await _read_capped(response.content.iter_any(), cap, response.status)
                 else:
                     location = headers.get("location")
                     if location is not None:
@@ -1006,6 +974,30 @@ class Fetcher:
                 raise FetchError(ErrorClass.BAD_ENCODING, f"content decoding: {exc}") from None
             raise _transport_error(exc, urlsplit(request.url).hostname) from None
         return Page(url=url, status=response.status, headers=headers, body=b"".join(chunks))
+
+
+def _check_declared(headers: httpx.Headers, cap: int, status: int) -> None:
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise FetchError(
+            ErrorClass.TOO_LARGE, f"Content-Length {declared} is over the {cap}-byte cap",
+            status=status,
+        )  # fmt: skip
+
+
+async def _read_capped(chunks: AsyncIterator[bytes], cap: int, status: int) -> list[bytes]:
+    """The body's chunks, refused past `cap`. Decoded bytes are counted, so a compressed bomb
+    stops at the cap too."""
+    read: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > cap:
+            raise FetchError(
+                ErrorClass.TOO_LARGE, f"response body over the {cap}-byte cap", status=status
+            )
+        read.append(chunk)
+    return read
 
 
 def _transport_error(exc: BaseException, host: str | None) -> FetchError:
