@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,17 +51,24 @@ else:
     # errors Django does not wrap.
     DATABASE_ERRORS = (*DATABASE_ERRORS, psycopg.OperationalError, psycopg.InterfaceError)
 
-# What redis-py raises while Redis restarts or is gone (refused, reset, "loading the dataset",
-# timed out).
-BROKER_ERRORS: tuple[type[Exception], ...] = ()
-try:
-    import redis
-except ImportError:
-    pass
-else:
-    BROKER_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
-OUTAGE_ERRORS = DATABASE_ERRORS + BROKER_ERRORS
+def broker_errors() -> tuple[type[Exception], ...]:
+    """What redis-py raises while Redis restarts or is gone (refused, reset, "loading the
+    dataset", timed out).
+
+    Asked when an exception is being matched, not at import: a redis-py error can only exist
+    once redis is imported (the Redis broker imports it), and importing it here cost every
+    ORM-broker worker ~0.15 s of CPU at start-up."""
+    redis = sys.modules.get("redis")
+    if redis is None:
+        return ()
+    return (redis.ConnectionError, redis.TimeoutError)
+
+
+def outage_errors() -> tuple[type[Exception], ...]:
+    """The errors of a database or broker outage (an `except outage_errors():` clause is
+    evaluated only when an exception is being matched)."""
+    return DATABASE_ERRORS + broker_errors()
 
 
 # SQLite reports a missing table or column (code newer than the database's migrations) as an
@@ -137,7 +145,7 @@ class OutageGuard:
         again (or a stop is requested); the loop then simply goes on."""
         try:
             return fn()
-        except OUTAGE_ERRORS as exc:
+        except outage_errors() as exc:
             if schema_error(exc):
                 raise
             self.wait_out(exc)
@@ -173,7 +181,7 @@ class OutageGuard:
                 return  # SIGTERM: the loop exits; nothing is half-done
             try:
                 probe()
-            except OUTAGE_ERRORS as again:
+            except outage_errors() as again:
                 close_connections()
                 exc = again
                 continue
@@ -208,18 +216,20 @@ def probe_broker() -> None:
     # One client per process (qcluster probes twice a second); its pool reconnects by itself.
     client = _probe_clients.get(url)
     if client is None:
+        import redis
+
         client = _probe_clients[url] = redis.Redis.from_url(
             url, socket_connect_timeout=2, socket_timeout=2
         )
     client.ping()
 
 
-_probe_clients: dict[str, redis.Redis] = {}
+_probe_clients: dict = {}  # url -> redis.Redis
 
 
 def resource_of(exc: BaseException) -> tuple[str, Callable[[], None]]:
     """What went away, for the log line, and how to tell when it is back."""
-    if BROKER_ERRORS and isinstance(exc, BROKER_ERRORS):
+    if isinstance(exc, broker_errors()):
         return "Redis broker", probe_broker
     return "database", probe_database
 
@@ -228,12 +238,12 @@ def unreachable(exc: BaseException) -> bool:
     """True when `exc` is an outage error and its database or broker does not answer a probe
     now; False for a real error that only looks like one (SQLite's "no such table" is an
     OperationalError too), which must then be raised and logged as ever."""
-    if not isinstance(exc, OUTAGE_ERRORS):
+    if not isinstance(exc, outage_errors()):
         return False
     _what, probe = resource_of(exc)
     try:
         probe()
-    except OUTAGE_ERRORS:
+    except outage_errors():
         close_connections()
         return True
     return False
@@ -281,7 +291,7 @@ def skip_during_outage(fn: Callable[..., T]) -> Callable[..., T | str]:
     def run(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except OUTAGE_ERRORS as exc:
+        except outage_errors() as exc:
             if not ride_out(exc):
                 raise
             return f"skipped: {resource_of(exc)[0]} unavailable ({_short(exc)})"

@@ -37,7 +37,7 @@ class _RidesOutOutages:
     def dequeue(self):
         try:
             tasks = super().dequeue()
-        except outage.OUTAGE_ERRORS as exc:
+        except outage.outage_errors() as exc:
             if not outage.ride_out(exc):
                 raise
             self._failures += 1
@@ -50,7 +50,7 @@ class _RidesOutOutages:
     def set_stat(self, key: str, value: str, timeout: int):
         try:
             return super().set_stat(key, value, timeout)
-        except outage.OUTAGE_ERRORS as exc:
+        except outage.outage_errors() as exc:
             if not outage.ride_out(exc):
                 raise
             return None  # the status is refreshed every half second once it is back
@@ -58,7 +58,7 @@ class _RidesOutOutages:
     def acknowledge(self, task_id):
         try:
             return super().acknowledge(task_id)
-        except outage.OUTAGE_ERRORS as exc:
+        except outage.outage_errors() as exc:
             if not outage.ride_out(exc):
                 raise
             return None
@@ -75,5 +75,5 @@ class RedisBroker(_RidesOutOutages, redis_broker.Redis):
         # waits for Redis like a running one.
         try:
             return bool(self.connection.ping())
-        except outage.BROKER_ERRORS:
+        except outage.broker_errors():
             return False

@@ -1,5 +1,6 @@
 """What a worker imports as it starts: the browser provider's error classes come without
-Playwright's whole async API (~60 ms of every worker's start-up, browser runs or not)."""
+Playwright's whole async API (~60 ms of every worker's start-up, browser runs or not), and a
+worker on the ORM broker never imports redis-py (~0.1 s)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,45 @@ def test_the_worker_loads_every_provider_without_playwrights_async_api():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+REDIS_PROBE = """
+import sys
+import django
+django.setup()
+from django.core.management import load_command_class
+from recovery import outage
+load_command_class("recovery", "work")  # the command, its loop and the outage guard
+from recovery.providers import builtin
+print("redis" in sys.modules)
+try:
+    raise outage.psycopg.OperationalError("gone") if outage.psycopg else OSError()
+except outage.outage_errors() as exc:  # matching an error must not import it either
+    pass
+except OSError:
+    pass
+print("redis" in sys.modules)
+"""
+
+
+def test_a_worker_on_the_orm_broker_never_imports_redis():
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", REDIS_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_redis_errors_are_outage_errors_once_redis_is_loaded():
+    import redis
+
+    from recovery import outage
+
+    assert outage.broker_errors() == (redis.ConnectionError, redis.TimeoutError)
+    assert redis.ConnectionError in outage.outage_errors()
+    assert isinstance(redis.TimeoutError("slow"), outage.outage_errors())
 
 
 def test_the_browser_provider_catches_the_classes_playwright_raises():
