@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import SandboxProcess
+from common import SandboxProcess, compile_bytecode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -217,6 +217,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--floor", metavar="BASE_URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    compile_bytecode(ROOT)
     if args.floor:
         done = asyncio.run(floor(args.floor, args.pages, args.concurrency))
         print(json.dumps({"done": done}))

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from common import drop_database, generate_run, scratch_database, server_url
+from common import compile_bytecode, drop_database, generate_run, scratch_database, server_url
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,6 +223,7 @@ def main() -> int:
         help="reuse a scratch database kept (--keep) by an earlier run with the same sizes",
     )
     args = parser.parse_args()
+    compile_bytecode(ROOT, *([args.baseline_root] if args.baseline_root else []))
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     watch = LoadWatch(own_processes=2)  # the export (or psql) and its database backend
 

@@ -58,7 +58,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA
-from common import SandboxProcess
+from common import SandboxProcess, compile_bytecode
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -537,6 +537,7 @@ def main() -> int:
         if not (args.baseline_root / "manage.py").is_file():
             parser.error(f"--baseline-root: no manage.py in {args.baseline_root}")
         sides.insert(1, "baseline")
+    compile_bytecode(ROOT, *([args.baseline_root] if args.baseline_root else []))
 
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the finally blocks stop the sandbox
     # and any measured process.

@@ -50,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import drop_database, generate_run, scratch_database
+from common import compile_bytecode, drop_database, generate_run, scratch_database
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,6 +319,7 @@ def main() -> int:
         "and this fillfactor (a lever; 0: not measured)",
     )
     args = parser.parse_args()
+    compile_bytecode(ROOT)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     watch = LoadWatch(own_processes=2)  # this process and its database backend
 
