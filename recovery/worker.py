@@ -362,6 +362,10 @@ def run_forever(
     leases.touch_worker(worker_id)
     last_touch = time.monotonic()
     sleep = 0.05
+    # A loop with nothing to claim backs off to one poll a second. `--until-idle` waits only for
+    # other workers' batches in flight (their commits end the run or bring new tasks), and a
+    # second's back-off kept every one-shot worker alive up to a second after the last commit.
+    poll_cap = 0.1 if until_idle else 1.0
     try:
         while not stop.is_set():
             if not connection.in_atomic_block:  # (a test's transaction must stay open)
@@ -384,7 +388,7 @@ def run_forever(
                 leases.touch_worker(worker_id)
                 last_touch = time.monotonic()
             stop.wait(sleep)
-            sleep = min(sleep * 2, 1.0)
+            sleep = min(sleep * 2, poll_cap)
     finally:
         close_providers()
     return stats
