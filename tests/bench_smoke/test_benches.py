@@ -23,7 +23,14 @@ import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
-LOAD_KEYS = {"loadavg_before", "loadavg_after", "cpus", "headline", "headline_reason"}
+LOAD_KEYS = {
+    "loadavg_before",
+    "loadavg_after",
+    "cpus",
+    "foreign_cpu_share",
+    "headline",
+    "headline_reason",
+}
 
 
 def bench_module(name: str):
@@ -95,6 +102,36 @@ def test_a_run_on_a_busy_box_is_never_headlined():
     ok, reason = verdict((1.5, 1, 1), (4.1, 1, 1), cpus=2, own_processes=2)
     assert not ok and "4.10 after the run" in reason
     assert verdict((2.0, 9, 9), (2.0, 9, 9), cpus=2, own_processes=0)[0]  # 1-minute figures
+
+
+def test_a_run_during_which_others_used_the_box_is_never_headlined():
+    loadwatch = bench_module("loadwatch")
+    quiet = (0.5, 0.5, 0.5)
+    ok, reason = loadwatch.headline_verdict(
+        quiet, quiet, cpus=2, own_processes=2, foreign_share=0.11
+    )
+    assert not ok and "other processes used 11% of the 2 cores" in reason
+    assert loadwatch.headline_verdict(quiet, quiet, cpus=2, own_processes=2, foreign_share=0.09)[0]
+    # foreign share = (the box's busy seconds - the bench's own) / (wall seconds x cores)
+    assert loadwatch.foreign_share((0.0, 10.0, 5.0), (2.0, 13.0, 6.0), cpus=2) == 0.5
+    assert loadwatch.foreign_share((0.0, 10.0, 5.0), (2.0, 11.0, 6.5), cpus=2) == 0.0
+
+
+def test_the_benchs_own_cpu_counts_its_children_reaped_and_alive():
+    own_seconds = bench_module("loadwatch").own_seconds
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    start = own_seconds()
+    subprocess.run([sys.executable, "-c", burn], check=True)  # reaped
+    alive = subprocess.Popen(
+        [sys.executable, "-c", burn + "print('done', flush=True)\ninput()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert alive.stdout.readline().strip() == "done"
+        assert own_seconds() - start >= 0.6
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_claim_ratios_are_paired_per_repetition_against_the_bare_floor():
