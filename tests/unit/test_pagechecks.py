@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
@@ -111,3 +113,90 @@ def test_exactly_min_text_chars_visible_characters_is_not_an_empty_shell():
     error = failure(page("abcde fghi"), spec)  # 9: a shell
     assert error.error_class is ErrorClass.EMPTY_SHELL
     assert "9 visible characters, expected at least 10" in error.reason
+
+
+# --- text markers: searched only where a match can begin, with re.search's answer -----------
+
+
+def test_only_the_known_characters_fold_onto_ascii_under_ignorecase():
+    """search_text skips to the characters a marker's first ASCII character matches under
+    IGNORECASE; this holds only if no other character in Unicode folds onto one."""
+    import sys
+
+    from recovery.pagechecks import _ascii_folds
+
+    everything = "".join(chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000)
+    for code in range(128):
+        char = chr(code)
+        found = set(re.findall(re.escape(char), everything, re.IGNORECASE))
+        assert found == _ascii_folds(code), char
+
+
+MARKERS = [
+    "verify you are (a )?human", r"sign\s+in", "verify|human", r"\baccess denied\b",
+    "(?:please )?log in", "[Kk]eep", r"(?<=\s)human", "x*", "^please", r"\d+ left", "(a|)b",
+    "ſign", "İ", "(?x) v e r i f y", "(?i:K)e", r"robot(?!s)", "[a-c]x", "é",
+]  # fmt: skip
+TEXTS = [
+    "Please VERIFY you are a human", "nothing here", "Sign   in to continue", "KEEP OUT",
+    "\u212aeep calm", "ſign here", "i İ ı I", "access denied!", "3 left", "robots robot",
+    "humanverify", "", "bx", "aaab", "ÉÉ é",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", MARKERS)
+def test_search_text_finds_what_re_search_finds(pattern):
+    from recovery.pagechecks import search_text
+
+    for text in TEXTS + [" ".join(TEXTS)]:
+        expected = re.search(pattern, text, re.IGNORECASE)
+        got = search_text(pattern, text)
+        assert (got and (got.span(), got.groups())) == (
+            expected and (expected.span(), expected.groups())
+        ), (pattern, text)
+
+
+def test_search_text_agrees_with_re_search_on_generated_input():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from recovery.pagechecks import search_text
+
+    alphabet = "abkKsSiI \u212a\u017f\u0130\u0131é1-"
+    atoms = st.sampled_from(["a", "k", "s", "i", "K", "S", "I", " ", "1", "é", "\\b", "(?=a)",
+                             "(a|k)", "[ks]", "a?", "s+", "(?:i)", ".", "\\s"])  # fmt: skip
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(atoms, min_size=1, max_size=5).map("".join), st.text(alphabet, max_size=40))
+    def agree(pattern, text):
+        expected = re.search(pattern, text, re.IGNORECASE)
+        got = search_text(pattern, text)
+        assert (got and got.span()) == (expected and expected.span())
+
+    agree()
+
+
+VISIBLE_CASES = [
+    "<html><head><style>h1{}</style><script>x=1</script></head><body><h1>Lamp</h1></body></html>",
+    "<html><body><p>a<script>hidden()</script>b</p><style>p{}</style></body></html>",
+    "<p>no head <noscript>enable js</noscript> or body tags</p>",
+    "<body><template><p>inert</p></template><p>shown</p></body>",
+    "<body><svg><script>svg()</script><text>drawn</text></svg></body>",
+    "<head><title>t</title></head><frameset><frame src=x></frameset>",
+    "<html><body><p>after</p></body></html><script>late()</script>",
+    "<SCRIPT>upper()</SCRIPT><p>text</p>",
+    "",
+]
+
+
+@pytest.mark.parametrize("html", VISIBLE_CASES)
+def test_visible_text_is_the_body_text_without_invisible_elements(html):
+    """What a clone stripped of script/style/noscript/template says, with or without the
+    clone (it is skipped when none of those is inside the body)."""
+    clone = LexborHTMLParser(html).clone()
+    clone.strip_tags(["script", "style", "noscript", "template"])
+    body = clone.body
+    expected = body.text(deep=True, separator=" ", strip=True) if body is not None else ""
+    page = view(html)
+    assert page.visible_text == expected
+    assert page.tree.html == LexborHTMLParser(html).html  # the page itself is left whole
