@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
+import functools
 import http.cookiejar
 import ipaddress
+import os
 import re
 import socket
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +57,6 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-import httpcore
 import httpx
 import idna
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -267,37 +268,51 @@ class GuardedResolver(AbstractResolver):
         return None
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend: resolve and check here, connect to the checked IP."""
+@functools.cache
+def _guarded_backend_class() -> type:
+    """GuardedBackend, built on first use: httpcore (~27 ms to import) is loaded only by the
+    "httpcore" transport, not by every worker that starts."""
+    import httpcore
 
-    def __init__(self, guard: AddressGuard) -> None:
-        self.guard = guard
-        self.inner = httpcore.AnyIOBackend()
+    class GuardedBackend(httpcore.AsyncNetworkBackend):
+        """httpcore network backend: resolve and check here, connect to the checked IP."""
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        last: Exception | None = None
-        for _family, ip in await self.guard.resolve(host, port):
-            try:
-                return await self.inner.connect_tcp(
-                    ip, port, timeout, local_address, socket_options=socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last = exc
-        assert last is not None
-        raise last
+        def __init__(self, guard: AddressGuard) -> None:
+            self.guard = guard
+            self.inner = httpcore.AnyIOBackend()
 
-    async def connect_unix_socket(self, path: str, timeout=None, socket_options=None):
-        raise BlockedURL("unix sockets are not allowed")
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Iterable[Any] | None = None,
+        ) -> httpcore.AsyncNetworkStream:
+            last: Exception | None = None
+            for _family, ip in await self.guard.resolve(host, port):
+                try:
+                    return await self.inner.connect_tcp(
+                        ip, port, timeout, local_address, socket_options=socket_options
+                    )
+                except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                    last = exc
+            assert last is not None
+            raise last
 
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+        async def connect_unix_socket(self, path: str, timeout=None, socket_options=None):
+            raise BlockedURL("unix sockets are not allowed")
+
+        async def sleep(self, seconds: float) -> None:
+            await self.inner.sleep(seconds)
+
+    return GuardedBackend
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GuardedBackend":
+        return _guarded_backend_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):
@@ -349,6 +364,56 @@ def redirect_target(base: httpx.URL, location: str) -> httpx.URL:
     return url
 
 
+class _LazyTrustContext(ssl.SSLContext):
+    """What httpx.create_ssl_context(verify=True) builds (`ssl.create_default_context` with
+    certifi's CA bundle: certificate and host name checked), except that the bundle is read at
+    the first TLS handshake rather than when a session is made: reading it costs ~45 ms of CPU
+    per process, which a crawl of http pages never needs. Every handshake goes through
+    wrap_bio (asyncio) or wrap_socket, and both load the bundle before anything else."""
+
+    _cafile: str | None = None
+
+    def _load_trust(self) -> None:
+        if self._cafile is not None:
+            cafile, self._cafile = self._cafile, None
+            self.load_verify_locations(cafile=cafile)
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        self._load_trust()
+        return super().wrap_bio(*args, **kwargs)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        self._load_trust()
+        return super().wrap_socket(*args, **kwargs)
+
+    def get_ca_certs(self, binary_form: bool = False) -> list:
+        self._load_trust()
+        return super().get_ca_certs(binary_form)
+
+    def cert_store_stats(self) -> dict[str, int]:
+        self._load_trust()
+        return super().cert_store_stats()
+
+
+def _client_ssl_context(verify: bool | ssl.SSLContext = True) -> ssl.SSLContext:
+    """The client TLS context of both factories: certifi's CA bundle (as httpx has it, so no
+    environment variable widens the trust), read on first use; `verify` may instead be a
+    context (tests pass one trusting their own CA) or False (make_client only; never in a spec)."""
+    if verify is not True:
+        return httpx.create_ssl_context(verify=verify, trust_env=False)
+    import certifi
+
+    context = _LazyTrustContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.check_hostname = True
+    context._cafile = certifi.where()
+    # As ssl.create_default_context does (OpenSSL's key log, for debugging a handshake).
+    keylog = os.environ.get("SSLKEYLOGFILE")
+    if keylog and not sys.flags.ignore_environment:
+        context.keylog_filename = keylog
+    return context
+
+
 class _RefuseAll(http.cookiejar.DefaultCookiePolicy):
     def set_ok(self, cookie, request) -> bool:
         return False
@@ -379,7 +444,7 @@ def make_client(
         raise ValueError(f"transport {transport!r} is not one of {', '.join(HTTPX_TRANSPORTS)}")
     guard = AddressGuard.from_settings(allowed_networks)
     # Certificates are checked against the URL's host name, although we connect to an IP.
-    ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
+    ssl_context = _client_ssl_context(verify)
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=None)
     inner: httpx.AsyncBaseTransport
     if transport == "httpx-aiohttp":
@@ -396,6 +461,8 @@ def make_client(
         )
         inner = AiohttpTransport(client=session, limits=limits, verify=ssl_context, trust_env=False)
     else:
+        import httpcore
+
         inner = httpx.AsyncHTTPTransport(limits=limits, verify=ssl_context, trust_env=False)
         # httpx has no public hook for the network backend; replace its pool with one that
         # resolves through the guard (same options as httpx's own construction).
@@ -404,7 +471,7 @@ def make_client(
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(guard),
+            network_backend=_guarded_backend_class()(guard),
         )
     default_headers = {"User-Agent": user_agent or settings.SALVAGE_USER_AGENT}
     default_headers.update(headers or {})
@@ -440,7 +507,7 @@ def make_session(
     guard = AddressGuard.from_settings(allowed_networks)
     # Certificates are checked against the URL's host name (aiohttp's server_hostname), although
     # we connect to an IP. The same context make_client builds.
-    ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
+    ssl_context = _client_ssl_context(verify)
     connector = aiohttp.TCPConnector(
         resolver=GuardedResolver(guard),
         limit=max_connections,
@@ -481,20 +548,34 @@ class HostGate:
     def idle(self) -> bool:
         return self.users == 0 and self.interval <= self.min_delay
 
-    @contextlib.asynccontextmanager
-    async def slot(self):
+    def slot(self) -> HostGate:
+        """`async with gate.slot():` one request's turn: a place among the host's concurrent
+        requests, then the host's spacing. (The gate is its own context manager: a generator-
+        based one cost ~3 us a fetch.)"""
+        return self
+
+    async def __aenter__(self) -> None:
         self.users += 1
         try:
-            async with self.semaphore:
-                if self.interval > 0:
-                    now = time.monotonic()
-                    start = max(now, self.next_at)
-                    self.next_at = start + self.interval
-                    if start > now:
-                        await asyncio.sleep(start - now)  # politeness: a deliberate wait
-                yield
-        finally:
+            await self.semaphore.acquire()
+        except BaseException:  # cancelled while waiting: not a user any more
             self.users -= 1
+            raise
+        try:
+            if self.interval > 0:
+                now = time.monotonic()
+                start = max(now, self.next_at)
+                self.next_at = start + self.interval
+                if start > now:
+                    await asyncio.sleep(start - now)  # politeness: a deliberate wait
+        except BaseException:
+            self.semaphore.release()
+            self.users -= 1
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.semaphore.release()
+        self.users -= 1
 
     def slow_down(self) -> None:
         self.interval = min(self.max_delay, max(self.interval * 2, self.STEP, self.min_delay))
@@ -576,14 +657,14 @@ _DOT_SEGMENT = re.compile(r"/\.\.?(?:[/?]|\Z)")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def _httpx_spelling(url: str, parts: Any) -> str:
+def _httpx_spelling(url: str, scheme: str, port: int | None) -> str:
     """url as httpx writes it (scheme and host lower-cased, default port and dot segments
     dropped, unsafe characters quoted): what Page.url said before the aiohttp path, kept so
     that stored URLs and link bases do not change with the transport."""
     if (
         _PLAIN_URL.match(url)
         and not _DOT_SEGMENT.search(url)
-        and parts.port != _DEFAULT_PORTS.get(parts.scheme)
+        and port != _DEFAULT_PORTS.get(scheme)
     ):
         return url
     try:
@@ -704,6 +785,7 @@ class Fetcher:
         self._client: httpx.AsyncClient | aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gates: dict[str, HostGate] = {}
+        self._literals: dict[tuple[str, int | None], IPAddress | None] = {}
 
     def _ensure_client(self) -> httpx.AsyncClient | aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -752,13 +834,14 @@ class Fetcher:
         started = time.monotonic()
         current = url
         while True:
-            parts, where = self._check(current, hops)
+            parts, where, hostname, port = self._check(current, hops)
+            address = self._literal(hostname, default_port(parts.scheme, port), where, hops)
             request: DirectRequest | httpx.Request
             if direct:
-                request = self._build_direct(parts, where, hops, headers, cookies)
+                request = self._build_direct(parts, hostname, port, address, hops, headers, cookies)
                 host = parts.netloc.lower()  # the key robots.py uses for Crawl-delay
             else:
-                request = self._build(client, parts, where, hops, headers, cookies)
+                request = self._build(client, where, hops, headers, cookies)
                 host = request.url.netloc.decode("ascii").lower()
             if current in seen:
                 raise FetchError(
@@ -806,57 +889,73 @@ class Fetcher:
             page.elapsed_s = time.monotonic() - started
             return page
 
-    def _check(self, url: str, hops: list[str]) -> tuple[Any, str]:
+    def _check(self, url: str, hops: list[str]) -> tuple[Any, str, str, int | None]:
         """Record the hop and refuse what no transport may send: a bad scheme or host,
-        credentials. Returns (urlsplit parts, " (redirect hop N)"); `_literal` checks an IP
-        literal's address."""
+        credentials. Returns (urlsplit parts, " (redirect hop N)", host name, port);
+        `_literal` checks an IP literal's address."""
         hops.append(url)
         where = f" (redirect hop {len(hops) - 1})" if len(hops) > 1 else ""
         try:
             parts = urlsplit(url)
-            parts.port  # noqa: B018 - raises ValueError for a bad port
+            port = parts.port  # raises ValueError for a bad port
         except ValueError as exc:
             raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
         if parts.scheme.lower() not in ("http", "https"):
             raise BlockedURL(
                 f"scheme {parts.scheme or '(none)'!r}{where} is not http or https", hops=hops
             )
-        if not parts.hostname:
+        hostname = parts.hostname  # parsed again at every reading: read once
+        if not hostname:
             raise BlockedURL(f"invalid URL{where} {url!r}: no host", hops=hops)
-        allowed = _HOST_CHARS | ({":", "%"} if ":" in parts.hostname else set())
-        bad = next((c for c in parts.hostname if c.isascii() and c not in allowed), None)
-        if bad is not None:
-            # A space, tab, backslash or percent-escape in a host name is no host: refuse it
-            # here rather than let a resolver's "not found" file it as a network failure.
-            raise BlockedURL(f"invalid URL{where} {url!r}: {bad!r} in the host", hops=hops)
+        if not _HOST_CHARS.issuperset(hostname):
+            allowed = _HOST_CHARS | ({":", "%"} if ":" in hostname else set())
+            bad = next((c for c in hostname if c.isascii() and c not in allowed), None)
+            if bad is not None:
+                # A space, tab, backslash or percent-escape in a host name is no host: refuse
+                # it here rather than let a resolver's "not found" file it as a network failure.
+                raise BlockedURL(f"invalid URL{where} {url!r}: {bad!r} in the host", hops=hops)
         if parts.username is not None or parts.password is not None:
             raise BlockedURL(f"URL{where} carries credentials (user@host): refused", hops=hops)
-        if "xn--" in parts.hostname:
+        if "xn--" in hostname:
             try:
-                idna.decode(parts.hostname)
+                idna.decode(hostname)
             except ValueError as exc:  # idna.IDNAError is a UnicodeError, a ValueError
                 # A malformed A-label is no host (a resolver would only say "not found").
                 raise BlockedURL(f"invalid URL{where} {url!r}: {exc}", hops=hops) from None
-        return parts, where
+        return parts, where, hostname, port
 
-    def _literal(self, parts: Any, where: str, hops: list[str]) -> IPAddress | None:
+    MAX_LITERALS = 4096
+
+    def _literal(
+        self, hostname: str, port: int | None, where: str, hops: list[str]
+    ) -> IPAddress | None:
+        """guard.check_literal(hostname, port), remembered for the hosts it let through (the
+        guard and the host decide it: a crawl asks the same question for every page). A
+        refusal is not remembered; it is raised again each time."""
+        key = (hostname, port)
+        try:
+            return self._literals[key]
+        except KeyError:
+            pass
         try:
             # Before httpx or yarl parses the host: they reject some numeric spellings as
             # invalid, and the operator should read "loopback", not "invalid URL".
-            return self.guard.check_literal(parts.hostname, default_port(parts.scheme, parts.port))
+            address = self.guard.check_literal(hostname, port)
         except BlockedURL as exc:
             raise BlockedURL(f"{exc.detail}{where}", hops=hops) from None
+        if len(self._literals) >= self.MAX_LITERALS:
+            self._literals.clear()
+        self._literals[key] = address
+        return address
 
     def _build(
         self,
         client: httpx.AsyncClient,
-        parts: Any,
         where: str,
         hops: list[str],
         headers: dict[str, str] | None,
         cookies: TaskCookies,
     ) -> httpx.Request:
-        self._literal(parts, where, hops)
         url = hops[-1]
         try:
             request = client.build_request("GET", url, headers=headers)
@@ -869,26 +968,27 @@ class Fetcher:
     def _build_direct(
         self,
         parts: Any,
-        where: str,
+        hostname: str,
+        port: int | None,
+        address: IPAddress | None,
         hops: list[str],
         headers: dict[str, str] | None,
         cookies: TaskCookies,
     ) -> DirectRequest:
         url = hops[-1]
-        address = self._literal(parts, where, hops)
         extra = dict(headers) if headers else {}
-        if address is not None and str(address) != parts.hostname:
+        if address is not None and str(address) != hostname:
             # An allowed odd spelling (`127.1`, which aiohttp would hand to the socket layer
             # as is): send to the canonical literal, Host keeps the spelling the URL has (as
             # httpx does). The IP literal never reaches the resolver, so this is the check.
             literal = f"[{address}]" if address.version == 6 else str(address)
-            netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+            netloc = literal if port is None else f"{literal}:{port}"
             extra.setdefault("Host", parts.netloc)
             url = parts._replace(netloc=netloc).geturl()
         cookie = cookies.header_for(url)
         if cookie:
             extra["Cookie"] = cookie
-        return DirectRequest(url, extra, _httpx_spelling(url, parts))
+        return DirectRequest(url, extra, _httpx_spelling(url, parts.scheme, port))
 
     async def _send(
         self,
@@ -1010,7 +1110,11 @@ def _transport_error(exc: BaseException, host: str | None) -> FetchError:
         return BlockedURL(f"TLS certificate of {host!r} not accepted: {reason}")
     # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout, so the httpx
     # class proves nothing: say "timeout" only for a real one underneath.
-    timed_out = any(isinstance(c, TimeoutError | httpcore.TimeoutException) for c in causes)
+    # httpcore is imported only by the httpcore transport: when it is not loaded, none of its
+    # exceptions can be in the chain.
+    httpcore = sys.modules.get("httpcore")
+    timeouts = (TimeoutError, httpcore.TimeoutException) if httpcore else (TimeoutError,)
+    timed_out = any(isinstance(c, timeouts) for c in causes)
     label = "timeout: " if timed_out else ""
     return FetchError(ErrorClass.NETWORK, label + _describe(causes))
 
