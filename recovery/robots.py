@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from protego import Protego
 
@@ -58,6 +58,7 @@ class _Entry:
     expires: float
     parser: Protego | None  # None: allow everything (robots.txt unavailable)
     failure: Verdict | None = None  # set when robots.txt was unreachable
+    delay: float | None = None  # the parser's Crawl-delay for our agent, read once
 
 
 def product_token(user_agent: str) -> str:
@@ -66,7 +67,10 @@ def product_token(user_agent: str) -> str:
 
 
 def robots_url(url: str) -> str:
-    parts = urlsplit(url)
+    return _robots_url(urlsplit(url))
+
+
+def _robots_url(parts: SplitResult) -> str:
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), "/robots.txt", "", ""))
 
 
@@ -115,15 +119,17 @@ class RobotsPolicy:
             usable = False
         if not usable:
             return Verdict(True)  # the page fetch refuses it, with outbound safety's own words
-        entry = await self._entry(run_id, robots_url(url))
+        location = _robots_url(parts)
+        entry = self._entries.get((run_id, location))
+        if entry is None or entry.expires <= time.monotonic():
+            entry = await self._entry(run_id, location)
         if entry.failure is not None:
             return entry.failure
         if entry.parser is None:
             return Verdict(True)
-        delay = entry.parser.crawl_delay(self.agent)
+        delay = entry.delay
         if delay is not None and delay > 0:
-            host = urlsplit(url).netloc.lower()
-            apply_crawl_delay(self.fetcher.gate(host), float(delay))
+            apply_crawl_delay(self.fetcher.gate(parts.netloc.lower()), float(delay))
         if entry.parser.can_fetch(url, self.agent):
             return Verdict(True, delay)
         return Verdict(
@@ -180,4 +186,5 @@ class RobotsPolicy:
         parser, failure = interpret(page.status, page.body)
         if failure is not None:
             return _Entry(now + UNREACHABLE_RETRY, None, failure)
-        return _Entry(now + ROBOTS_LIFETIME, parser)
+        delay = parser.crawl_delay(self.agent) if parser is not None else None
+        return _Entry(now + ROBOTS_LIFETIME, parser, delay=delay)
