@@ -732,6 +732,45 @@ def test_the_guard_reads_the_allow_list_from_settings(settings):
         guard.check_literal("127.0.0.1", 80)
 
 
+def test_a_host_gate_counts_its_users_through_waits_and_cancellations():
+    async def go():
+        gate = HostGate(per_host=1, min_delay=0.0, max_delay=1.0)
+        async with gate.slot():
+            waiter = asyncio.ensure_future(gate.__aenter__())
+            await asyncio.sleep(0)
+            assert gate.users == 2 and not gate.idle
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            assert gate.users == 1
+        assert gate.users == 0 and gate.idle
+        gate.min_delay = gate.interval = 5.0  # spacing: the second turn sleeps
+        async with gate.slot():
+            pass
+        sleeper = asyncio.ensure_future(gate.__aenter__())
+        await asyncio.sleep(0.01)
+        sleeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sleeper
+        assert gate.users == 0 and not gate.semaphore.locked()
+
+    asyncio.run(go())
+
+
+def test_a_refused_literal_is_refused_at_every_fetch():
+    async def go():
+        fetcher = Fetcher(allowed_networks=[])
+        errors = []
+        for _ in range(2):
+            with pytest.raises(FetchError) as info:
+                await fetcher.fetch("http://127.0.0.1:9/")
+            errors.append(info.value.error_class)
+        await fetcher.aclose()
+        return errors
+
+    assert asyncio.run(go()) == [ErrorClass.BLOCKED, ErrorClass.BLOCKED]
+
+
 def test_idle_host_gates_are_forgotten_busy_ones_kept(monkeypatch):
     async def go():
         fetcher = Fetcher()
@@ -855,6 +894,37 @@ def test_tls_refuses_a_certificate_for_another_name(tls_server, transport, host,
     assert error.error_class is ErrorClass.BLOCKED
     assert f"TLS certificate of {host!r} not accepted: " in error.detail
     assert "mismatch" in error.detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_tls_with_the_default_trust_refuses_an_unknown_issuer(tls_server, transport, monkeypatch):
+    """verify=True (every spec): certifi's bundle, read at the first handshake, and the
+    sandbox's self-signed certificate is not in it."""
+    _resolve_shop_test(monkeypatch)
+    error = fetch_error(f"https://shop.test:{tls_server.port}/echo", transport=transport)
+    assert error.error_class is ErrorClass.BLOCKED
+    assert "TLS certificate of 'shop.test' not accepted: " in error.detail
+
+
+def test_the_default_trust_is_httpxs_read_on_first_use():
+    import ssl
+
+    import certifi
+    import httpx
+
+    from recovery.http import _client_ssl_context
+
+    ours = _client_ssl_context(True)
+    theirs = httpx.create_ssl_context(verify=True, trust_env=False)
+    for name in ("verify_mode", "check_hostname", "options", "verify_flags", "protocol",
+                 "minimum_version", "maximum_version", "security_level"):  # fmt: skip
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.get_ciphers() == theirs.get_ciphers()
+    assert ours._cafile == certifi.where()  # not read yet
+    bio = ssl.MemoryBIO()
+    ours.wrap_bio(bio, ssl.MemoryBIO(), server_hostname="shop.test")
+    assert ours._cafile is None
+    assert ours.cert_store_stats() == theirs.cert_store_stats()
 
 
 # --- decoding (pure) --------------------------------------------------------------------------
