@@ -344,3 +344,34 @@ def test_retry_after_is_parsed_safely(status, headers, retry_after):
         served.stop()
     assert outcome.http_status == status
     assert outcome.retry_after == retry_after
+
+
+def test_execute_many_keeps_order_and_the_bound_and_survives_a_bug(monkeypatch):
+    """Lanes take the tasks in order: at most `concurrency` at once (also across concurrent
+    calls), one outcome per task in the tasks' order, a crashing task filed as internal."""
+    provider = get_provider("direct", concurrency=3)
+    in_flight = peak = 0
+
+    async def execute(task):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001 * (task.task_id % 4))
+        in_flight -= 1
+        if task.task_id == 5:
+            raise RuntimeError("boom")
+        from recovery.providers.base import Outcome
+
+        return Outcome(http_status=200 + task.task_id)
+
+    monkeypatch.setattr(provider, "execute", execute)
+    tasks = [task_input(f"http://shop.test/p/{i}", task_id=i) for i in range(10)]
+
+    async def go():
+        return await asyncio.gather(provider.execute_many(tasks), provider.execute_many(tasks))
+
+    for outcomes in asyncio.run(go()):
+        assert [o.http_status for o in outcomes] == [200 + i if i != 5 else None for i in range(10)]
+        assert outcomes[5].error_class is ErrorClass.INTERNAL and "boom" in outcomes[5].error_detail
+    assert peak == 3
+    assert asyncio.run(provider.execute_many([])) == []
