@@ -14,11 +14,12 @@ way (comma = thousands, dot = decimal), since only the European form is ambiguou
 from __future__ import annotations
 
 import re
+import threading
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
-from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
+from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode, SelectolaxError
 
 from recovery.keys import InvalidURL, canonical_url
 from recovery.providers.base import ErrorClass
@@ -133,9 +134,27 @@ COERCE = {"text": lambda s: s, "decimal": parse_decimal, "int": parse_int, "bool
 # --- fields ------------------------------------------------------------------------------------
 
 
+_engine = threading.local()
+
+
+def css_first(tree: LexborHTMLParser, selector: str) -> LexborNode | None:
+    """tree.css_first(selector) for a parsed document (not a fragment), through one CSS engine
+    per thread: selectolax makes an engine per document on its first query (~30 K
+    instructions, ~0.15x the parse of a 5 KB page), and the engine holds no document state
+    between queries. Raises SelectolaxError for a selector it cannot parse, as css_first does."""
+    engine = getattr(_engine, "selector", None)
+    if engine is None:
+        engine = _engine.selector = LexborCSSSelector()
+    root = tree.root
+    if root is None:
+        return None
+    found = engine.find_first(selector, root)
+    return found[0] if found else None
+
+
 def _first(tree: LexborHTMLParser, selector: str, field: str) -> LexborNode | None:
     try:
-        return tree.css_first(selector)
+        return css_first(tree, selector)
     except SelectolaxError:
         raise ExtractionError(field, f"invalid CSS selector {selector!r}") from None
 
@@ -186,7 +205,7 @@ def entity_key(spec: dict[str, Any], fields: dict[str, Any], url: str) -> str:
 
 def base_url(tree: LexborHTMLParser, page_url: str) -> str:
     """The page's <base href> resolved against its URL, else the URL itself."""
-    node = tree.css_first("base[href]")
+    node = css_first(tree, "base[href]")
     if node is not None:
         href = (node.attributes.get("href") or "").strip()
         if href:

@@ -18,6 +18,7 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
+from recovery.extraction import css_first
 from recovery.providers.base import ErrorClass
 
 # Marker name -> the class it produces when *present* on the page.
@@ -103,7 +104,7 @@ def _matches(view: PageView, marker: dict[str, Any]) -> str | None:
     selector = marker.get("selector")
     if selector:
         try:
-            if view.tree.css_first(selector) is None:
+            if css_first(view.tree, selector) is None:
                 return None
         except SelectolaxError:
             raise PageCheckFailure(

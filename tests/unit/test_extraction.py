@@ -241,3 +241,34 @@ def test_an_invalid_allow_pattern_is_a_selector_failure():
         extract_links(
             tree('<a class="product-link" href="/x">x</a>'), {**LINKS, "allow": ["("]}, "http://s/"
         )
+
+
+def test_the_shared_css_engine_answers_as_each_documents_own():
+    import threading
+
+    from selectolax.lexbor import LexborHTMLParser, SelectolaxError
+
+    from recovery.extraction import css_first
+
+    docs = [
+        "<html><body><div class='product'><h1>A</h1><p class=price>1</p></div></body></html>",
+        "<div id=x><span data-sku='S1'>s</span><base href='/b/'></div>",
+        "<template><p class=price>inert</p></template><p class=price>2</p>",
+        "",
+    ]
+    selectors = ["div.product h1", ".price", "[data-sku]", "#x span", "base[href]", "html", "*"]
+    for html in docs:
+        tree = LexborHTMLParser(html)
+        for selector in selectors:
+            ours, theirs = css_first(tree, selector), tree.css_first(selector)
+            assert (ours and ours.html) == (theirs and theirs.html), (html, selector)
+            assert ours is None or ours.parser is tree
+    with pytest.raises(SelectolaxError):
+        css_first(LexborHTMLParser("<p>x</p>"), "div[")
+    found = []
+    thread = threading.Thread(
+        target=lambda: found.append(css_first(LexborHTMLParser(docs[0]), "h1").text())
+    )
+    thread.start()
+    thread.join()
+    assert found == ["A"]
