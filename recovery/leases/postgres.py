@@ -57,11 +57,22 @@ log = logging.getLogger(__name__)
 # Django's default client-side binding re-parses these long statements on every call.
 
 
+# Django opens psycopg connections with prepare_threshold=None, which also turns
+# `execute(..., prepare=True)` into a no-op: the server then parsed and planned the claim and
+# the commit (long CTE statements) on every batch. A threshold nobody reaches keeps Django's own
+# queries unprepared (its cursors bind client-side and never prepare anyway) while the two hot
+# statements, which ask for it, are prepared once per connection.
+_EXPLICIT_ONLY = 2**31 - 1
+
+
 def _pg_cursor():
     import psycopg
 
     connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    conn = connection.connection
+    if conn.prepare_threshold is None:
+        conn.prepare_threshold = _EXPLICIT_ONLY
+    return psycopg.Cursor(conn)
 
 
 # Parameters: limit, worker, lease, lease, lease (tests/db/test_claim_plan.py EXPLAINs it).
