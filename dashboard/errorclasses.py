@@ -1,9 +1,10 @@
 """The error classes present in a run, with how many settled tasks carry each (batch form).
 
 Distinct classes come from a skip scan of the (run, last_error_class) index: one index probe
-per class, however many tasks the run has. Counts stop at COUNT_CAP per class ("1,000 or
-more"), so a million-task run costs the same as a small one; the batch's confirmation page
-shows the exact number the batch will reset.
+per class, however many tasks the run has. The index is partial (`last_error_class > ''`), so
+every step says `> ''` (the planner cannot prove it from `> found.c`). Counts stop at
+COUNT_CAP per class ("1,000 or more"), so a million-task run costs the same as a small one;
+the batch's confirmation page shows the exact number the batch will reset.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def classes(run_id: int) -> list[str]:
             f"WITH RECURSIVE found(c) AS ("
             f" SELECT MIN({err}) FROM {table} WHERE run_id = %s AND {err} > ''"
             f" UNION ALL"
-            f" SELECT (SELECT MIN({err}) FROM {table} WHERE run_id = %s AND {err} > found.c)"
+            f" SELECT (SELECT MIN({err}) FROM {table}"
+            f" WHERE run_id = %s AND {err} > '' AND {err} > found.c)"
             f" FROM found WHERE found.c IS NOT NULL"
             f") SELECT c FROM found WHERE c IS NOT NULL",
             [run_id, run_id],

@@ -75,8 +75,9 @@ def _clean(values: Sequence[str] | None, what: str) -> list[str]:
 
 def _present(run_id: int, column: str) -> set[str]:
     """Values of a column among the run's tasks (served by the run+state/error indexes)."""
-    values = Task.objects.filter(run_id=run_id).order_by().values_list(column, flat=True)
-    return set(values.distinct()) - {""}
+    # `> ''`, not only `- {""}`: task_run_error_idx holds only tasks with an error class.
+    values = Task.objects.filter(run_id=run_id, **{f"{column}__gt": ""})
+    return set(values.order_by().values_list(column, flat=True).distinct())
 
 
 def _refuse_unknown(what: str, given: Sequence[str], valid: set[str]) -> None:
