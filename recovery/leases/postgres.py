@@ -31,7 +31,6 @@ from recovery.leases.plan import (
     Plan,
     canonical_json,
     claimed_from_row,
-    lost_detail,
     plan_observations,
 )
 from recovery.leases.statements import (
@@ -66,13 +65,46 @@ _EXPLICIT_ONLY = 2**31 - 1
 
 
 def _pg_cursor():
-    import psycopg
-
     connection.ensure_connection()
     conn = connection.connection
     if conn.prepare_threshold is None:
         conn.prepare_threshold = _EXPLICIT_ONLY
-    return psycopg.Cursor(conn)
+    return _Cursor(conn)
+
+
+def _cursor_class():
+    """A psycopg cursor that parses each of our statement texts once per process.
+
+    psycopg caches a query's placeholder parse only for texts under 4 KB and 50 parameters;
+    the commit statement is over both, so every batch re-ran its regex split (~0.3 ms). The
+    texts here are a handful of fixed strings, so their parse is kept. This leans on
+    psycopg's query class (pinned version); without it, the plain cursor is used.
+    """
+    import psycopg
+
+    try:
+        from psycopg._queries import PostgresQuery, _query2pg_nocache
+    except ImportError:  # pragma: no cover - another psycopg layout: parse every time
+        return psycopg.Cursor
+    parsed: dict[tuple[bytes, str], Any] = {}
+
+    class ParsedOnce(PostgresQuery):
+        def convert(self, query, vars) -> None:
+            if not isinstance(query, str) or vars is None:
+                return super().convert(query, vars)
+            key = (query, self._tx.encoding)
+            if key not in parsed:
+                parsed[key] = _query2pg_nocache(query.encode(self._tx.encoding), key[1])
+            self.query, self._want_formats, self._order, self._parts = parsed[key]
+            self.dump(vars)
+
+    class Cursor(psycopg.Cursor):
+        _query_cls = ParsedOnce
+
+    return Cursor
+
+
+_Cursor = _cursor_class()
 
 
 # Parameters: limit, worker, lease, lease, lease (tests/db/test_claim_plan.py EXPLAINs it).
@@ -176,8 +208,7 @@ _A_TYPES = (
     "jsonb",  # artefact
     "varchar",  # outcome when the fence matched
     "varchar",  # error_class
-    "text",  # error_detail when the fence matched
-    "text",  # error_detail when it did not (lost_lease)
+    "text",  # error_detail (the SQL builds a lost lease's own)
     "varchar",  # payload_hash
 )
 
@@ -229,7 +260,7 @@ fenced AS (
     RETURNING t.id, t.run_id, t.partition, t.state
 ),
 a(id, task_id, run_id, batch_id, token, scraper_version, started_at, http_status, artefact,
-    outcome, error_class, detail, lost_detail, payload_hash) AS ({a}),
+    outcome, error_class, detail, payload_hash) AS ({a}),
 attempts AS (
     INSERT INTO recovery_attempt (id, task_id, run_id, recovery_batch_id, lease_token, worker,
         scraper_version, started_at, finished_at, http_status, artefact, outcome, error_class,
@@ -237,7 +268,11 @@ attempts AS (
     SELECT a.id, a.task_id, a.run_id, a.batch_id, a.token, %(worker)s, a.scraper_version,
         a.started_at, %(finished)s, a.http_status, a.artefact,
         CASE WHEN f.id IS NULL THEN 'lost_lease' ELSE a.outcome END, a.error_class,
-        CASE WHEN f.id IS NULL THEN a.lost_detail ELSE a.detail END, a.payload_hash
+        -- (the lost lease's detail as plan.lost_detail spells it, built only for the losers)
+        CASE WHEN f.id IS NULL THEN 'lost lease: token ' || a.token
+            || ' is no longer current; outcome ' || a.outcome || ' discarded'
+            || CASE WHEN a.detail <> '' THEN ' (' || a.detail || ')' ELSE '' END
+        ELSE a.detail END, a.payload_hash
     FROM a LEFT JOIN fenced AS f ON f.id = a.task_id
     RETURNING 1
 ),
@@ -359,7 +394,7 @@ def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
             [p.attempt_id, c.task_id, c.run_id, c.recovery_batch_id, c.lease_token,
              c.scraper_version, c.started_at, p.outcome.http_status,
              json.dumps(p.artefact) if p.artefact is not None else None, p.attempt_outcome,
-             p.error_class, p.error_detail, lost_detail(p), p.payload_hash]
+             p.error_class, p.error_detail, p.payload_hash]
         )  # fmt: skip
     v_sql, v_params = _unnest("v", v_rows, _V_TYPES)
     a_sql, a_params = _unnest("a", a_rows, _A_TYPES)

@@ -6,6 +6,7 @@ import random
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from recovery import counters, keys, leases
@@ -148,6 +149,30 @@ def test_a_stale_commit_is_fenced_out_and_recorded_as_lost_lease():
     assert fresh.states == {"committed": 1}
     assert list(Observation.objects.values_list("entity_key", flat=True)) == ["from-fast"]
     assert counters.by_state(run.pk) == {"committed": 1}
+
+
+def test_it_spells_a_refused_commits_detail_with_the_outcome_it_discarded():
+    # (PostgreSQL builds this text in the commit statement, SQLite in Python: one spelling.)
+    run = make_run()
+    make_tasks(run, 2)
+    first, second = leases.claim("slow")
+    expire([first.task_id, second.task_id])
+    leases.claim("fast")  # (an expired lease is taken alone: twice)
+    leases.claim("fast")
+    failed = Outcome(http_status=503, error_class=ErrorClass.SERVER, error_detail="boom")
+    leases.commit_outcomes("slow", [first, second], [ok("a"), failed])
+    details = dict(
+        Attempt.objects.filter(worker="slow", finished_at__gt=F("started_at")).values_list(
+            "task_id", "error_detail"
+        )
+    )
+    token = first.lease_token
+    assert details[first.task_id] == (
+        f"lost lease: token {token} is no longer current; outcome committed discarded"
+    )
+    assert details[second.task_id] == (
+        f"lost lease: token {token} is no longer current; outcome retry discarded (boom)"
+    )
 
 
 def test_a_batch_commit_fences_each_task_by_its_own_token():
