@@ -175,8 +175,9 @@ def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
         # each one's line rather than stop it first.
         for proc, kind in [*((w, "work") for w in workers), (deliver, "deliver")]:
             wait_until(
-                lambda p=proc, k=kind: f"{k}: database available again"
-                in p.log_path.read_text(errors="replace"),
+                lambda p=proc, k=kind: (
+                    f"{k}: database available again" in p.log_path.read_text(errors="replace")
+                ),
                 timeout=30,
                 what=f"{proc.name} seeing the database back",
             )
