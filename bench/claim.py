@@ -41,7 +41,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import LEASE, PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA, SQLITE_NOW, PgBare, SqliteBare
-from common import fenced_keys
+from common import compile_bytecode, fenced_keys
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -513,6 +513,7 @@ def main() -> None:
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
+    compile_bytecode(ROOT)
 
     def log(message: str) -> None:
         print(message, flush=True)
