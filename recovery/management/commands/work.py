@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
 from recovery import liveness, outage, progress, stopping, worker
+from recovery.providers import known
 
 
 class Command(BaseCommand):
@@ -37,6 +39,11 @@ class Command(BaseCommand):
                 raise CommandError(f"--{name} must be at least 1", returncode=2)
         if options["idle_wait"] is not None and options["idle_wait"] < 0:
             raise CommandError("--idle-wait must not be negative", returncode=2)
+        # The providers imported, then frozen with the rest: what is loaded by now lives as long
+        # as the process, and out of the collector's way its full collections stop re-walking
+        # it (~5% of a worker's instructions by callgrind; CPU per page x0.93 in the scrape bench).
+        known()
+        gc.freeze()
         stop = threading.Event()
 
         # SIGTERM/SIGINT: the current step (claim, execute, commit) finishes, then the loop exits 0
