@@ -278,6 +278,10 @@ LOGGING = {
 # --- Salvage product knobs -----------------------------------------------------------------
 SALVAGE_LEASE_SECONDS = env_int("SALVAGE_LEASE_SECONDS", 300, minimum=1)
 SALVAGE_CLAIM_BATCH = env_int("SALVAGE_CLAIM_BATCH", 50, minimum=1)
+# The claim and commit run as server-side prepared statements on PostgreSQL (planned once per
+# connection). Off for a pooler that cannot carry them across transactions: PgBouncer in
+# transaction mode before 1.21, or without max_prepared_statements.
+SALVAGE_PG_PREPARE = env_bool("SALVAGE_PG_PREPARE", True)
 SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
 SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
 SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from recovery import corrections, faults, keys
@@ -67,7 +68,7 @@ _EXPLICIT_ONLY = 2**31 - 1
 def _pg_cursor():
     connection.ensure_connection()
     conn = connection.connection
-    if conn.prepare_threshold is None:
+    if conn.prepare_threshold is None and settings.SALVAGE_PG_PREPARE:
         conn.prepare_threshold = _EXPLICIT_ONLY
     return _Cursor(conn)
 
