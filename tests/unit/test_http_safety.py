@@ -992,36 +992,3 @@ def test_the_demo_allows_the_sandbox_port_only(settings, tmp_path):
             guard.check_literal("127.0.0.1", port)
     with pytest.raises(FetchError, match="loopback"):
         guard.check_literal("127.0.0.2", 8765)
-
-
-HTTPCORE_PROBE = """
-import asyncio, sys
-import django
-django.setup()
-from recovery.providers import builtin
-from recovery.http import Fetcher
-
-async def main():
-    fetcher = Fetcher()
-    fetcher._ensure_client()
-    await fetcher.aclose()
-
-asyncio.run(main())
-print("httpcore" in sys.modules)
-"""
-
-
-def test_a_worker_on_the_default_transport_never_imports_httpcore():
-    """httpcore (~27 ms to import) is loaded by the httpcore transport only."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-c", HTTPCORE_PROBE],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
