@@ -47,6 +47,7 @@ from recovery import (
     liveness,
     outbox,
     reruns,
+    row_states,
     triage,
 )
 from recovery.models import (
@@ -670,10 +671,14 @@ def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         .select_related("remote_job", "recovery_batch")
         .order_by("started_at")[:200]
     )
+    held = set(row_states.held_partitions(task.run_id).values_list("name", flat=True))
     context = {
         "task": task,
         "attempts": attempts,
-        "observations": Observation.objects.filter(source_task=task).order_by("-pk")[:20],
+        "observations": [
+            (o, row_states.shown_state(o, held))
+            for o in Observation.objects.filter(source_task=task).order_by("-pk")[:20]
+        ],
         "notes": TriageNote.objects.filter(task=task).order_by("-pk")[:20],
         "note_form": NoteForm(initial={"task": task.pk, "partition": task.partition}),
     }

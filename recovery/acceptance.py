@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from recovery import audit, counters, faults, outbox, provisional, validation
-from recovery.models import Observation, OutboxEvent, RecoveryBatch, Run, Task
+from recovery import audit, counters, faults, outbox, provisional, row_states, validation
+from recovery.models import OutboxEvent, RecoveryBatch, Run, Task
 from recovery.states import run as run_states
 from recovery.states.run import RunState
 from recovery.states.task import TERMINAL
@@ -44,21 +44,15 @@ def all_tasks_terminal(run_id: int) -> bool:
 
 
 def _summary(run: Run) -> dict:
-    counts = dict(
-        Observation.objects.filter(run=run)
-        .order_by()
-        .values_list("validation_state")
-        .annotate(n=validation._count())
-        .values_list("validation_state", "n")
-    )
+    counts = row_states.state_counts(run.pk)
     return {
         "run": run.pk,
         "dataset": run.dataset.name,
         "window": run.window,
         "scraper_version": run.scraper_version,
-        "observations": counts.get(Observation.Validation.VALID, 0),
-        "held": counts.get(Observation.Validation.HELD, 0),
-        "invalid": counts.get(Observation.Validation.INVALID, 0),
+        "observations": counts.get(row_states.VALID, 0),
+        "held": counts.get(row_states.HELD, 0),
+        "invalid": counts.get(row_states.INVALID, 0),
     }
 
 

@@ -7,8 +7,9 @@ because records change through the engine's guarded moves (recovery.states), nev
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import Exists, OuterRef
 
-from recovery import models
+from recovery import models, row_states
 
 
 class RawRecordAdmin(admin.ModelAdmin):
@@ -62,12 +63,37 @@ class AttemptAdmin(RawRecordAdmin):
     raw_id_fields = ("task", "run", "recovery_batch", "replaces")
 
 
+class VerdictFilter(admin.ChoicesFieldListFilter):
+    """The stored verdict, named as such: a held row keeps its verdict (recovery.row_states)."""
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.title = "verdict"
+
+
 @admin.register(models.Observation)
 class ObservationAdmin(RawRecordAdmin):
-    list_display = ("id", "run_id", "partition", "validation_state", "version", "observed_at")
-    list_filter = ("validation_state",)
+    list_display = ("id", "run_id", "partition", "state", "verdict", "version", "observed_at")
+    list_filter = (("validation_state", VerdictFilter),)
     raw_id_fields = ("run", "source_task", "source_attempt")
     search_fields = ("=observation_key",)
+
+    def get_queryset(self, request):
+        # Held is the partition's quarantine, not a stored value: one EXISTS per listed row
+        # on runpartition_uniq (run, name).
+        quarantined = models.RunPartition.objects.filter(
+            run_id=OuterRef("run_id"), name=OuterRef("partition"), quarantined=True
+        )
+        return super().get_queryset(request).annotate(in_held_partition=Exists(quarantined))
+
+    @admin.display(description="state")
+    def state(self, obj: models.Observation) -> str:
+        """As the product shows it: held in a quarantined partition, else the verdict."""
+        return row_states.HELD if obj.in_held_partition else obj.validation_state
+
+    @admin.display(description="verdict", ordering="validation_state")
+    def verdict(self, obj: models.Observation) -> str:
+        return obj.validation_state
 
 
 @admin.register(models.ObservationVersion)

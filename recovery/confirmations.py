@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count
-
-from recovery import exports, figures
-from recovery.models import Observation, RemoteJob, Run, RunPartition, Schedule
+from recovery import exports, figures, row_states
+from recovery.models import RemoteJob, Run, RunPartition, Schedule
 from recovery.states.remote_job import RECONCILE
 from recovery.states.run import RunState
 
@@ -22,16 +20,6 @@ from recovery.states.run import RunState
 class Consequence:
     effects: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
-
-
-def _rows(run: Run) -> dict[str, int]:
-    return dict(
-        Observation.objects.filter(run=run)
-        .values_list("validation_state")
-        .annotate(n=Count("pk"))
-        .order_by()
-        .values_list("validation_state", "n")
-    )
 
 
 def _current(run: Run) -> str:
@@ -52,14 +40,14 @@ def accept(run: Run) -> Consequence:
             f"run #{run.pk} is {run.acceptance_state}; only a candidate can be accepted"
         )
     result.refusals += [f"fails {check.failure}" for check in figures.acceptance_failures(run)]
-    rows = _rows(run)
+    rows = row_states.state_counts(run.pk)
     held = RunPartition.objects.filter(run=run, quarantined=True).count()
     result.effects = [
-        f"{_plural(rows.get(Observation.Validation.VALID, 0), 'valid row')} of run #{run.pk} "
+        f"{_plural(rows.get(row_states.VALID, 0), 'valid row')} of run #{run.pk} "
         f"become the current dataset {run.dataset.name}, replacing {_current(run)}.",
-        f"Left out: {_plural(rows.get(Observation.Validation.HELD, 0), 'held row')} "
+        f"Left out: {_plural(rows.get(row_states.HELD, 0), 'held row')} "
         f"(in {_plural(held, 'quarantined partition')}) and "
-        f"{_plural(rows.get(Observation.Validation.INVALID, 0), 'invalid row')}.",
+        f"{_plural(rows.get(row_states.INVALID, 0), 'invalid row')}.",
         "An 'accepted' event is written to the outbox and delivered to the destination.",
         "Staff can download the rows at once; the action is recorded in the audit log.",
     ]
@@ -86,7 +74,7 @@ def publish(run: Run) -> Consequence:
         result.refusals.append(
             f"run #{run.pk} is {run.acceptance_state}; only an accepted run can be published"
         )
-    valid = _rows(run).get(Observation.Validation.VALID, 0)
+    valid = row_states.state_counts(run.pk).get(row_states.VALID, 0)
     result.effects = [
         f"The {_plural(valid, 'valid row')} of run #{run.pk} become the published dataset "
         f"{run.dataset.name}: a 'published' event is written to the outbox and delivered.",

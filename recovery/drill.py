@@ -958,7 +958,7 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
     """Accept a run whose bad partition is quarantined: its held rows never leave (export);
     after the repair the run is published and the published rows are checked again."""
     from recovery import acceptance
-    from recovery.models import Observation, RunPartition
+    from recovery.models import RunPartition
     from recovery.sandbox import site
 
     state = drill.wait_run_state(run_id, ("candidate",))
@@ -969,12 +969,9 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
     quarantined = sorted(
         RunPartition.objects.filter(run_id=run_id, quarantined=True).values_list("name", flat=True)
     )
-    held = Observation.objects.filter(run_id=run_id, partition=bad).exclude(
-        validation_state="valid"
-    )
-    held_keys = set(held.values_list("entity_key", flat=True))
+    held_keys = _held_keys(run_id, bad)
     drill.held_keys = held_keys
-    valid = Observation.objects.filter(run_id=run_id, validation_state="valid").count()
+    valid = _valid_rows(run_id)
     diagnostics = _candidate_diagnostics(run_id)
     acceptance.accept_run(run_id, ACTOR)
     rows = _export(run_id)
@@ -999,11 +996,28 @@ def quarantine_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str,
     }
 
 
+def _held_keys(run_id: int, partition: str) -> set[str]:
+    """Entity keys of the partition's rows that are not valid as shown (held or invalid)."""
+    from recovery import row_states
+    from recovery.models import Observation
+
+    rows = Observation.objects.filter(run_id=run_id, partition=partition)
+    return set(rows.filter(row_states.not_valid(run_id)).values_list("entity_key", flat=True))
+
+
+def _valid_rows(run_id: int, partition: str | None = None) -> int:
+    """Rows valid as shown (what an export carries), of the run or of one partition."""
+    from recovery import row_states
+
+    rows = row_states.exportable(run_id)
+    return (rows if partition is None else rows.filter(partition=partition)).count()
+
+
 def _candidate_diagnostics(run_id: int) -> dict[str, Any]:
     """How the run became a candidate (for a post-mortem when the figures look wrong)."""
     from django.db.models import Count
 
-    from recovery import counters
+    from recovery import counters, row_states
     from recovery.models import AuditEntry, Observation, Task
 
     audit = [
@@ -1021,29 +1035,24 @@ def _candidate_diagnostics(run_id: int) -> dict[str, Any]:
                 "AND xact_start IS NOT NULL"
             )
             activity = [[str(v) for v in row] for row in cursor.fetchall()]
-    by_partition = (
+    quarantined = sorted(row_states.held_partitions(run_id).values_list("name", flat=True))
+    # Each partition's rows by state as shown: a quarantined partition's rows are all held.
+    by_partition: dict[tuple[str, str], int] = {}
+    for partition, verdict, n in (
         Observation.objects.filter(run_id=run_id)
         .values_list("partition", "validation_state")
         .annotate(n=Count("pk"))
         .order_by()
-    )
-    from recovery.models import RunPartition
+    ):
+        shown = row_states.HELD if partition in quarantined else verdict
+        by_partition[partition, shown] = by_partition.get((partition, shown), 0) + n
 
     return {
-        "partitions_quarantined": sorted(
-            RunPartition.objects.filter(run_id=run_id, quarantined=True).values_list(
-                "name", flat=True
-            )
-        ),
-        "validation_by_partition": [list(row) for row in by_partition],
+        "partitions_quarantined": quarantined,
+        "validation_by_partition": [[p, s, n] for (p, s), n in sorted(by_partition.items())],
         "open_transactions": activity,
         "audit": audit[:20],
-        "validation_states": dict(
-            Observation.objects.filter(run_id=run_id)
-            .values_list("validation_state")
-            .annotate(n=Count("pk"))
-            .order_by()
-        ),
+        "validation_states": row_states.state_counts(run_id),
         "counters": counters.by_state(run_id),
         "task_states": dict(
             Task.objects.filter(run_id=run_id)
@@ -1153,9 +1162,7 @@ def repair_property(drill: Drill, run_id: int, scenarios: dict) -> dict[str, Any
         )
     batch.refresh_from_db()
     unchanged = reruns.untouched_unchanged(batch)
-    repaired_valid = Observation.objects.filter(
-        run_id=run_id, partition=bad, validation_state="valid"
-    ).count()
+    repaired_valid = _valid_rows(run_id, bad)
     repaired_total = Observation.objects.filter(run_id=run_id, partition=bad).count()
     repaired_keys = set(
         Observation.objects.filter(run_id=run_id, partition=bad).values_list(

@@ -33,8 +33,8 @@ from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery, TextField
 from django.db.models.functions import Cast, Coalesce
 
-from recovery import audit
-from recovery.models import Observation, Run, RunPartition, Task
+from recovery import audit, row_states
+from recovery.models import Observation, Run, Task
 from recovery.states.run import AVAILABLE
 
 FORMATS = ("csv", "jsonl")
@@ -105,12 +105,7 @@ def exportable(run_id: int) -> Run:
 
 def rows_queryset(run: Run):
     """The exported observations: valid, and outside any quarantined partition."""
-    held = RunPartition.objects.filter(run=run, quarantined=True).values("name")
-    return (
-        Observation.objects.filter(run=run, validation_state=Observation.Validation.VALID)
-        .exclude(partition__in=held)
-        .order_by("pk")
-    )
+    return row_states.exportable(run.pk).order_by("pk")
 
 
 def filename(run: Run, fmt: str) -> str:
@@ -177,6 +172,7 @@ _FORMULA_CODES = ", ".join(str(ord(prefix)) for prefix in FORMULA_PREFIXES)
 _SQL_NEUTRALISE = "CASE WHEN ascii({0}) IN (CODES) THEN '''' || {0} ELSE {0} END".replace(
     "CODES", _FORMULA_CODES
 )
+# row_states.exportable spelled for COPY (valid and not held): keep the two the same rows.
 _SQL_WHERE = (
     "WHERE o.run_id = %s AND o.validation_state = %s AND o.partition NOT IN "
     "(SELECT p.name FROM recovery_runpartition p WHERE p.run_id = %s AND p.quarantined) "

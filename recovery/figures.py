@@ -18,7 +18,7 @@ from django.db.models import Count, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from recovery import liveness
+from recovery import liveness, row_states
 from recovery.models import (
     Attempt,
     Observation,
@@ -533,8 +533,8 @@ def batch_outcome(batch: RecoveryBatch) -> BatchOutcome:
 
 def outcome_counts(batch_id: int, *, judge: bool = True) -> dict:
     """{"states": the batch's tasks by state, "invalid_data": committed tasks with an
-    observation that is not valid}: what a batch keeps when it completes (RecoveryBatch.outcome),
-    after its repaired partitions were judged again."""
+    observation that is not valid as shown, a held one included}: what a batch keeps when it
+    completes (RecoveryBatch.outcome), after its repaired partitions were judged again."""
     states = dict(
         Task.objects.filter(recovery_batch_id=batch_id)
         .values_list("state")
@@ -543,13 +543,18 @@ def outcome_counts(batch_id: int, *, judge: bool = True) -> dict:
         .values_list("state", "n")
     )
     invalid = 0
+    run_id = None
     if judge:
+        run_id = RecoveryBatch.objects.filter(pk=batch_id).values_list("run_id", flat=True).first()
+    if run_id is not None:
+        # Held by its partition's quarantine counts as not valid, whatever the row's verdict.
         invalid = (
             Observation.objects.filter(
+                run_id=run_id,
                 source_task__recovery_batch_id=batch_id,
                 source_task__state=TaskState.COMMITTED,
             )
-            .exclude(validation_state=Observation.Validation.VALID)
+            .filter(row_states.not_valid(run_id))
             .values("source_task_id")
             .distinct()
             .count()

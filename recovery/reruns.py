@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from recovery import audit, figures, validation
+from recovery import audit, figures, row_states, validation
 from recovery.models import Observation, RecoveryBatch, Run, Task, ValidationResult
 from recovery.providers.base import ErrorClass
 from recovery.states import run as run_states
@@ -173,16 +173,16 @@ def selected_tasks(run: Run, selection: Selection) -> QuerySet[Task]:
             # A rule that judges rows selects the tasks whose rows it failed (seed 002: "those
             # task keys"), not the partition's consent pages or 404s, which no repaired
             # selector recovers. Coverage and outcome rules keep the whole failing partition.
+            # A row failed a data rule when it was judged invalid or is held: its partition is
+            # quarantined, whatever its verdict (or an older evaluation stored it as held, which
+            # row_states.state_counts counts held too). An unjudged row has failed nothing yet.
+            failed = Q(validation_state__in=(row_states.INVALID, row_states.HELD)) | Q(
+                partition__in=row_states.held_partitions(run.pk)
+            )
+            failed_rows = Observation.objects.filter(failed, run_id=run.pk, partition__in=failing)
             query &= Q(
                 state=TaskState.COMMITTED,
-                pk__in=Observation.objects.filter(
-                    run_id=run.pk,
-                    partition__in=failing,
-                    validation_state__in=(
-                        Observation.Validation.INVALID,
-                        Observation.Validation.HELD,
-                    ),
-                ).values("source_task_id"),
+                pk__in=failed_rows.values("source_task_id"),
             )
     return Task.objects.filter(query).order_by()
 

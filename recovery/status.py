@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypedDict
 
-from django.db.models import Count, Sum
+from django.db.models import Sum
 
 from recovery import counters
 from recovery.states.task import TERMINAL, TaskState
@@ -66,22 +66,17 @@ def find_run(ref: str | int):
 
 
 def run_status(run) -> RunStatus:
+    from recovery import row_states
     from recovery.figures import rule_check, rule_kinds
-    from recovery.models import Observation, RemoteJob, ValidationResult
+    from recovery.models import RemoteJob, ValidationResult
 
     by_state = counters.by_state(run.pk)
     tasks = {state: by_state.get(state, 0) for state in TaskState.values}
     # Any state the counters know but the enum does not (should not happen) stays visible.
     tasks.update({s: n for s, n in by_state.items() if s not in tasks})
     total = run.task_total
-    # One grouped scan of obs_run_valid_idx gives both the total and the split.
-    by_validation = {
-        row["validation_state"]: row["n"]
-        for row in Observation.objects.filter(run_id=run.pk)
-        .values("validation_state")
-        .annotate(n=Count("pk"))
-        .order_by()
-    }
+    # Held is derived from the partitions (row_states); the split still sums to the total.
+    by_validation = row_states.state_counts(run.pk)
     kinds = rule_kinds(run.dataset.spec)
     coverage_rules = [name for name, kind in kinds.items() if kind == "coverage"]
     stored = ValidationResult.objects.filter(

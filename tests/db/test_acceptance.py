@@ -9,6 +9,7 @@ from recovery.models import AuditEntry, Observation, OutboxEvent, Run, RunPartit
 from recovery.states.run import RunState
 from tests.acceptance_factories import make_collected_run, make_shop
 from tests.factories import make_run, make_tasks
+from tests.held_rows import held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -147,3 +148,13 @@ def test_a_misconfigured_destination_does_not_block_acceptance(settings):
     outbox.deliver_due()
     event = OutboxEvent.objects.get(run=run)
     assert event.state == "failed" and "ftp://nowhere" in event.last_error
+
+
+def test_the_published_event_counts_a_quarantined_partitions_rows_as_held():
+    # Held is the partition's quarantine, not a stored verdict: rows judged valid or invalid
+    # in a quarantined partition are neither published nor counted invalid.
+    run = make_run(make_shop(), acceptance_state=RunState.ACCEPTED)
+    held_run(run)
+    acceptance.publish_run(run.pk, "admin")
+    payload = OutboxEvent.objects.get(run=run, event_type="published").payload
+    assert (payload["observations"], payload["held"], payload["invalid"]) == (2, 3, 1)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from recovery.models import Run
+from recovery.models import Observation, Run
 from tests.browser.world import make_user, make_world
+from tests.factories import make_run
+from tests.held_rows import held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -51,3 +55,26 @@ def test_it_lets_superusers_change_records(client):
     client.force_login(make_user("root", is_staff=True, is_superuser=True))
     page = client.get(reverse("admin:recovery_run_change", args=[world.run.pk]))
     assert b'name="_save"' in page.content
+
+
+def _row(page: str, observation: Observation) -> str:
+    link = f"/admin/recovery/observation/{observation.pk}/change/"
+    rows = [row for row in page.split("<tr") if link in row]
+    assert len(rows) == 1, f"observation {observation.pk} is not listed once"
+    return rows[0]
+
+
+def test_it_shows_an_observations_state_as_shown_and_filters_by_the_stored_verdict(client):
+    tasks = held_run(make_run())
+    held = Observation.objects.get(source_task=tasks["bad"][0])  # stored valid
+    valid = Observation.objects.get(source_task=tasks["good"][0])
+    client.force_login(make_user("staffer", "admin", is_staff=True))
+    url = reverse("admin:recovery_observation_changelist")
+    page = client.get(url).content.decode()
+    assert re.search(r'class="field-state">\s*held\s*<', _row(page, held))
+    assert re.search(r'class="field-state">\s*valid\s*<', _row(page, valid))
+    # The filter is the stored verdict, and says so: the held row judged valid is listed
+    # among the valid ones.
+    assert "By verdict" in page
+    filtered = client.get(url, {"validation_state__exact": "valid"}).content.decode()
+    assert re.search(r'class="field-state">\s*held\s*<', _row(filtered, held))

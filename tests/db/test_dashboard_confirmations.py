@@ -11,9 +11,12 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from recovery import confirmations
 from recovery.models import AuditEntry, Run, ValidationResult
 from tests.browser.world import logged_in, make_users, make_world
 from tests.db.test_dashboard_permissions import POSTS, snapshot
+from tests.factories import make_run
+from tests.held_rows import held_run
 
 CONFIRMED = [
     "dashboard:run_accept",
@@ -135,3 +138,14 @@ def test_it_disables_accept_and_names_the_failing_rules(world):
     errors = [str(m) for m in response.context["messages"] if m.level_tag == "error"]
     assert errors and "fails its rules: coverage 0.000, needs ≥ 0.90" in errors[0]
     assert snapshot() == before
+
+
+def test_the_confirmations_count_a_quarantined_partitions_rows_as_held(db):
+    run = make_run(acceptance_state="candidate")
+    held_run(run)
+    effects = confirmations.accept(run).effects
+    assert effects[0].startswith(f"2 valid rows of run #{run.pk} become the current dataset")
+    assert effects[1] == "Left out: 3 held rows (in 1 quarantined partition) and 1 invalid row."
+    Run.objects.filter(pk=run.pk).update(acceptance_state="accepted")
+    run.refresh_from_db()
+    assert confirmations.publish(run).effects[0].startswith(f"The 2 valid rows of run #{run.pk}")

@@ -29,6 +29,7 @@ from recovery.models import (
 from recovery.states import task as task_states
 from tests.browser.world import make_users, make_world
 from tests.factories import make_dataset, make_run, make_tasks
+from tests.held_rows import observe, quarantine
 
 pytestmark = pytest.mark.django_db
 
@@ -383,3 +384,18 @@ def test_it_counts_a_committed_task_with_invalid_data_as_still_failing(batch_run
     assert (outcome.recovered, outcome.still_failing) == (4, 2)
     assert outcome.badge == "completed, 4 of 6 recovered"
     assert reruns.recovered(batch) == (4, 6)
+
+
+def test_it_counts_a_committed_task_whose_row_is_held_as_still_failing():
+    # A row judged valid in a quarantined partition is held: its task did not recover.
+    run = make_run(make_dataset())
+    good = make_tasks(run, 2, partition="good", state="dead", host="good.test")
+    bad = make_tasks(run, 2, partition="bad", state="dead", host="bad.test")
+    batch = reruns.create_recovery_batch(
+        run.pk, partitions=["good", "bad"], reason="fixed", scraper_version="2", actor="adam"
+    )
+    _settle(batch, ["committed"] * 4)
+    for task, verdict in zip([*good, *bad], ["valid", "invalid", "valid", "valid"], strict=True):
+        observe(task, verdict)
+    quarantine(run, "bad")
+    assert figures.outcome_counts(batch.pk)["invalid_data"] == 3

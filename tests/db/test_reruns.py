@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recovery import acceptance, reruns
-from recovery.models import AuditEntry, RecoveryBatch, Run, RunPartition, Task
+from recovery.models import AuditEntry, RecoveryBatch, Run, RunPartition, Task, ValidationResult
 from recovery.states.run import RunState
 from tests.acceptance_factories import (
     commit_task,
@@ -14,6 +14,7 @@ from tests.acceptance_factories import (
     make_shop,
 )
 from tests.factories import make_run, make_tasks
+from tests.held_rows import held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +143,20 @@ def test_it_completes_revalidates_and_leaves_the_run_for_acceptance():
     run.refresh_from_db()
     assert run.acceptance_state == RunState.CANDIDATE
     acceptance.accept_run(run.pk, "admin")
+
+
+def test_a_rule_on_rows_selects_every_committed_task_of_a_quarantined_partition():
+    # The rows of a quarantined partition are held whatever their stored verdict, so a data
+    # rule's rerun takes them all; elsewhere only the rows judged invalid (not the valid
+    # ones, not the unjudged one).
+    run = make_run(make_shop(), acceptance_state=RunState.CANDIDATE)
+    tasks = held_run(run)
+    for partition in ("good", "bad"):
+        ValidationResult.objects.create(
+            run=run, rule="price_positive", partition=partition, passed=False, value=0.5
+        )
+    preview = reruns.preview_recovery_batch(run.pk, rules=["price_positive"])
+    assert preview.by_partition == {"good": 1, "bad": 3}
+    b = batch(run, rules=["price_positive"])
+    expected = {tasks["good"][2].pk} | {t.pk for t in tasks["bad"]}
+    assert set(Task.objects.filter(recovery_batch=b).values_list("pk", flat=True)) == expected

@@ -15,6 +15,7 @@ from recovery.models import Attempt, Observation, RemoteJob, Run
 from recovery.states import task as task_states
 from recovery.states.task import TaskState
 from tests.factories import force_state, make_run, make_tasks
+from tests.held_rows import SHOWN, held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -156,3 +157,11 @@ def test_it_names_both_coverages_and_reports_the_rule_accept_judges():
     text = runstatus(str(run.pk))
     assert "committed coverage 50.0% (committed tasks / logical tasks)" in text
     assert f"acceptance coverage: coverage {check['value']:.3f}, needs ≥ 0.90 (fails" in text
+
+
+def test_it_counts_the_rows_of_a_quarantined_partition_as_held_whatever_their_verdict():
+    run = make_run()
+    held_run(run)
+    data = json.loads(runstatus(str(run.pk), "--json"))
+    assert data["observations_by_validation"] == SHOWN
+    assert data["observations"] == sum(SHOWN.values())
