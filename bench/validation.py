@@ -1,43 +1,40 @@
 """Validation of a run against one SQL aggregate over the same rules, in one run (issue 15).
 
     python bench/validation.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME]
-                               [--hot-fillfactor FF]
 
 1. Drops and creates a scratch PostgreSQL database (BENCH_DATABASE_URL or DATABASE_URL names
    the server), migrates it, and generates per size one run of N tasks and N observations over
    20 partitions with INSERT ... SELECT generate_series; 1 observation in 100 has a bad price,
-   1 in 200 a currency outside the list, 1 in 300 no title. Then VACUUM ANALYZE.
+   1 in 200 a currency outside the list, 1 in 300 no title. Each observation then gets the
+   verdict its commit would have stored (recovery.verdicts: bits, rules digest, valid or
+   invalid; written here by the SQL judging pass, which the property tests hold equal to the
+   commit's Python), and the table is rewritten packed (VACUUM FULL), as commits leave it.
 2. The rules (RULES below): a range and an enum rule, two required fields, a partition rule and
    coverage. Per size and repetition, alternating the order:
    - the floor: one hand-written SQL aggregate (FLOOR_SQL) counting, per partition, the same
      rules' failures over the jsonb payloads, read by psycopg;
-   - the product as make_candidate runs it: `validation.evaluate(run)` on observations that are
-     all `pending` (every observation judged and marked, every result stored);
-   - the product re-evaluating (`evaluate(run, mark=set())`: judged, states already right, as
-     an operator's accept does).
-   - the write floor: one hand-written UPDATE (FLOOR_UPDATE_SQL) marking every observation
-     valid or invalid by the same rules, which the candidate evaluation also has to write.
-   - the judging pass alone: `validation_sql.tally` (the one SQL pass that tallies every rule
-     kind per partition, no write, no stored result): what any evaluation costs at least while
-     it judges every observation in one pass, e.g. one whose states were written at commit.
-   The states are reset to `pending` and the table rewritten packed (VACUUM FULL; untimed)
-   before each evaluation and write floor.
-   With --hot-fillfactor FF (a lever, measured after the sizes above, on the same rows): the
-   table is rebuilt with `validation_state` in no index (obs_run_valid_idx replaced by one on
-   (run_id, id)) and fillfactor FF (VACUUM FULL), so marking can be a HOT update; the floor
-   aggregate and the candidate evaluation are timed again, with the heap size before and after.
+   - the product as make_candidate runs it: `validation.evaluate(run)`, every partition's
+     hold decided, every result stored, from the verdicts stored at commit (the partitions'
+     fingerprints are cleared before, untimed, so each repetition is a first evaluation);
+   - the product re-evaluating (`evaluate(run, mark=set())`, as an operator's accept does);
+   - the evaluation after the rules changed (`rejudge`): every verdict stale, so every
+     observation is judged again and its verdict written (the verdicts are cleared and the
+     table packed before, untimed), with its write floor: one hand-written UPDATE
+     (FLOOR_UPDATE_SQL) marking every observation valid or invalid by the same rules;
+   - the judging pass alone: `validation_sql.tally` over every row (no write).
+   And once per size: the commit's share, `commit_judge_us`: Rules.verdict (the Python a
+   worker runs per observation at commit) over up to 20,000 of the payloads, microseconds per
+   observation; `commit_judge_s` is that times N: the judging moved from the evaluation to
+   the commits, paid by the workers page by page (bench/scrape.py's figures include it).
 3. Prints one line per measurement and, last, one JSON line:
    {"bench": "validation", "results": [{"observations", "floor_s", "evaluate_s", "ratio",
-   "floor_update_s", "ratio_vs_update", "reevaluate_s", "ratio_reevaluate", "judge_s",
-   "ratio_judge", "reps"}], "hot": [{"observations", "fillfactor", "heap_mb_before",
-   "heap_mb_after", "floor_s", "evaluate_s", "ratio", "ratio_vs_default_floor",
-   "hot_updates", "updates"}] (with --hot-fillfactor), "loadavg_before", ..., "headline", ...}
+   "reevaluate_s", "ratio_reevaluate", "rejudge_s", "ratio_rejudge", "floor_update_s",
+   "ratio_rejudge_vs_update", "judge_s", "ratio_judge", "commit_judge_us", "commit_judge_s",
+   "ratio_commit_judge", "reps"}], "loadavg_before", ..., "headline", ...}
    ratio = evaluate_s / floor_s (median over repetitions): the headline, as issue 15 states
-   it (target: <= 4 at 1,000,000 observations). ratio_vs_update compares the candidate
-   evaluation with the write floor; ratio_reevaluate re-evaluating (judging, storing the
-   results, counting states) and ratio_judge the judging pass alone with the aggregate.
-   `pattern` rules are left out: on PostgreSQL they are judged in
-   Python (docs/spec-format.md, "How the rules are evaluated").
+   it (target: <= 4 at 1,000,000 observations, evaluated once from candidate to accepted).
+   `pattern` rules are left out: on PostgreSQL they are judged in Python
+   (docs/spec-format.md, "How the rules are evaluated").
 """
 
 from __future__ import annotations
@@ -162,18 +159,25 @@ def evaluate(run_id: int, mark) -> float:
     return time.perf_counter() - started
 
 
+def row_verdicts(vendor: str):
+    """The SQL judging of SPEC's rules, as validation._evaluate builds it."""
+    from recovery import validation_sql
+    from recovery.verdicts import Rules
+
+    rules = Rules.of(SPEC)
+    return validation_sql.RowVerdicts(
+        vendor, list(rules.value_rules), dict(rules.required), rules.watched
+    )
+
+
 def judge(run_id: int) -> float:
     """The one SQL judging pass of an evaluation, alone (validation_sql.tally, as
     validation._evaluate builds it for SPEC's rules)."""
     from django.db import connection
 
-    from recovery import validation, validation_sql
+    from recovery import validation_sql
 
-    value_rules = [r for r in RULES if r["kind"] in validation.VALUE_RULE_KINDS]
-    watched = {r["field"] for r in RULES if r["kind"] == "partition_invalid_share"}
-    verdicts = validation_sql.RowVerdicts(
-        connection.vendor, value_rules, validation.required_fields(SPEC), watched
-    )
+    verdicts = row_verdicts(connection.vendor)
     started = time.perf_counter()
     found = validation_sql.tally(run_id, verdicts)
     seconds = time.perf_counter() - started
@@ -182,125 +186,86 @@ def judge(run_id: int) -> float:
     return seconds
 
 
-def heap_mb() -> float:
+def commit_verdicts(run_id: int) -> None:
+    """Every observation's verdict as its commit would have stored it (bits, digest, state),
+    then the table rewritten packed (VACUUM FULL), as a run's commits leave it."""
+    from django.db import connection
+
+    from recovery import validation_sql
+    from recovery.models import Observation
+    from recovery.verdicts import Rules
+
+    Observation.objects.filter(run_id=run_id).update(verdict=None, verdict_rules="")
+    digest = Rules.of(SPEC).digest
+    states = {"valid": "valid", "invalid": "invalid"}
+    validation_sql.mark(run_id, row_verdicts(connection.vendor), None, digest, states)
+    pack()
+    if Observation.objects.filter(run_id=run_id).exclude(verdict_rules=digest).exists():
+        raise SystemExit("an observation was left without its commit's verdict")
+
+
+def commit_judge_us(run_id: int, limit: int = 20_000) -> float:
+    """Microseconds per observation of Rules.verdict, the Python a worker runs at commit."""
+    from recovery.models import Observation
+    from recovery.verdicts import Rules
+
+    rules = Rules.of(SPEC)
+    payloads = list(
+        Observation.objects.filter(run_id=run_id).values_list("payload", flat=True)[:limit]
+    )
+    started = time.perf_counter()
+    for payload in payloads:
+        rules.state(rules.verdict(payload, "product"))
+    return (time.perf_counter() - started) / len(payloads) * 1e6
+
+
+def clear_fingerprints(run_id: int) -> None:
+    """No partition's hold decided yet: the next evaluation is a run's first."""
+    from recovery.models import RunPartition
+
+    RunPartition.objects.filter(run_id=run_id).update(marked_rows=None, marked_sum=None)
+
+
+def pack() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_relation_size('recovery_observation')")
-        return round(cursor.fetchone()[0] / 1e6, 1)
-
-
-def update_counts() -> tuple[int, int]:
-    """(rows updated, of which HOT) in recovery_observation since the server started."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-            "WHERE relname = 'recovery_observation'"
-        )
-        return cursor.fetchone()
-
-
-def settled_counts(since: tuple[int, int], expected: int) -> tuple[int, int]:
-    """update_counts() once they include `expected` more updates than `since` (a backend
-    reports its statistics within about a second; a deadline, not a sleep for luck)."""
-    deadline = time.monotonic() + 10
-    while True:
-        now = update_counts()
-        if now[0] - since[0] >= expected or time.monotonic() > deadline:
-            return now
-        time.sleep(0.1)
-
-
-def hot_layout(fillfactor: int) -> None:
-    """validation_state in no index and room on every page: marking can be a HOT update."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("DROP INDEX IF EXISTS obs_run_valid_idx")
-        cursor.execute(
-            "CREATE INDEX IF NOT EXISTS bench_obs_run_id_idx ON recovery_observation (run_id, id)"
-        )
-        cursor.execute(f"ALTER TABLE recovery_observation SET (fillfactor = {int(fillfactor)})")
         cursor.execute("VACUUM FULL recovery_observation")
         cursor.execute("ANALYZE recovery_observation")
-
-
-def measure_hot(runs: dict[int, int], fillfactor: int, reps: int) -> list[dict]:
-    """The candidate evaluation again on the HOT-able layout (see the module docstring)."""
-    import statistics as st
-
-    for run_id in runs.values():
-        reset(run_id)
-    before = heap_mb()  # packed, every state `pending`: as the timed evaluations start
-    hot_layout(fillfactor)
-    after = heap_mb()
-    rows = []
-    for n, run_id in runs.items():
-        floor(run_id)
-        floors, evaluations, updated, hot = [], [], 0, 0
-        for _rep in range(reps):
-            floors.append(floor(run_id))
-            counts = settled_counts(update_counts(), 0)
-            reset(run_id)
-            counts = settled_counts(counts, n)  # the reset's own updates, counted out
-            evaluations.append(evaluate(run_id, None))
-            now = settled_counts(counts, n)  # every observation was pending: n marked
-            updated += now[0] - counts[0]
-            hot += now[1] - counts[1]
-            floors.append(floor(run_id))
-            print(
-                f"{n:>9} observations  hot ff={fillfactor:<3} floor {floors[-1]:7.3f} s  "
-                f"evaluate {evaluations[-1]:8.3f} s",
-                flush=True,
-            )
-        rows.append(
-            {
-                "observations": n,
-                "fillfactor": fillfactor,
-                "heap_mb_before": before,
-                "heap_mb_after": after,
-                "floor_s": round(st.median(floors), 3),
-                "evaluate_s": round(st.median(evaluations), 3),
-                "ratio": round(st.median(evaluations) / st.median(floors), 2),
-                "updates": updated,
-                "hot_updates": hot,
-            }
-        )
-    return rows
 
 
 def reset(run_id: int) -> None:
-    """Every observation back to `pending`, then the table rewritten packed (VACUUM FULL), as
-    a run's commits leave it: each timed write starts from the same layout, not from the
-    dead rows of the previous repetition."""
-    from django.db import connection
-
+    """Every verdict cleared (judged by no rules), then the table rewritten packed: each
+    re-judging starts from the same layout, not from the previous one's dead rows."""
     from recovery.models import Observation
 
-    Observation.objects.filter(run_id=run_id).update(validation_state="pending")
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM FULL recovery_observation")
-        cursor.execute("ANALYZE recovery_observation")
+    Observation.objects.filter(run_id=run_id).update(
+        validation_state="pending", verdict=None, verdict_rules=""
+    )
+    pack()
 
 
-def summarise(n: int, samples: dict[str, list[float]]) -> dict:
+def summarise(n: int, samples: dict[str, list[float]], judge_us: float) -> dict:
     """One size's figures: medians over repetitions, each ratio = the product's seconds / its
     floor's seconds (the same rows in the same run)."""
     med = {k: statistics.median(v) for k, v in samples.items()}
+    commit_judge_s = judge_us * n / 1e6
     return {
         "observations": n,
         "floor_s": round(med["floor"], 3),
         "evaluate_s": round(med["evaluate"], 3),
         "ratio": round(med["evaluate"] / med["floor"], 2),
-        "floor_update_s": round(med["floor_update"], 3),
-        "ratio_vs_update": round(med["evaluate"] / med["floor_update"], 2),
         "reevaluate_s": round(med["reevaluate"], 3),
         "ratio_reevaluate": round(med["reevaluate"] / med["floor"], 2),
+        "rejudge_s": round(med["rejudge"], 3),
+        "ratio_rejudge": round(med["rejudge"] / med["floor"], 2),
+        "floor_update_s": round(med["floor_update"], 3),
+        "ratio_rejudge_vs_update": round(med["rejudge"] / med["floor_update"], 2),
         "judge_s": round(med["judge"], 3),
         "ratio_judge": round(med["judge"] / med["floor"], 2),
+        "commit_judge_us": round(judge_us, 2),
+        "commit_judge_s": round(commit_judge_s, 3),
+        "ratio_commit_judge": round(commit_judge_s / med["floor"], 2),
         "reps": len(samples["evaluate"]),
     }
 
@@ -311,13 +276,6 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--pg-name", default="bench_validation_scratch")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
-    parser.add_argument(
-        "--hot-fillfactor",
-        type=int,
-        default=0,
-        help="then measure the candidate evaluation again with validation_state in no index "
-        "and this fillfactor (a lever; 0: not measured)",
-    )
     args = parser.parse_args()
     compile_bytecode(ROOT)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -354,17 +312,25 @@ def main() -> int:
     try:
         for n in sizes:
             run_id = runs[n]
+            commit_verdicts(run_id)
             floor(run_id)  # warm the table
             samples = {
-                "floor": [], "evaluate": [], "reevaluate": [], "floor_update": [], "judge": []
+                "floor": [], "evaluate": [], "reevaluate": [], "rejudge": [],
+                "floor_update": [], "judge": [],
             }  # fmt: skip
             for rep in range(args.reps):
-                order = ["floor", "judge", "floor_update", "evaluate"]
+                order = ["floor", "judge", "evaluate", "reevaluate", "floor_update", "rejudge"]
                 for which in order if rep % 2 == 0 else reversed(order):
                     if which == "floor":
                         seconds = floor(run_id)
                     elif which == "judge":
                         seconds = judge(run_id)
+                    elif which == "evaluate":
+                        clear_fingerprints(run_id)
+                        seconds = evaluate(run_id, None)
+                    elif which == "reevaluate":
+                        evaluate(run_id, None)  # (untimed) the candidate's evaluation
+                        seconds = evaluate(run_id, set())
                     else:
                         reset(run_id)
                         seconds = (
@@ -372,24 +338,16 @@ def main() -> int:
                             if which == "floor_update"
                             else evaluate(run_id, None)
                         )
+                        commit_verdicts(run_id)  # (untimed) back to the commits' verdicts
                     samples[which].append(seconds)
                     print(f"{n:>9} observations  {which:<12} {seconds:8.3f} s", flush=True)
-                reset(run_id)
-                evaluate(run_id, None)
-                seconds = evaluate(run_id, set())
-                samples["reevaluate"].append(seconds)
-                print(f"{n:>9} observations  reevaluate   {seconds:8.3f} s", flush=True)
-            results.append(summarise(n, samples))
-        hot = measure_hot(runs, args.hot_fillfactor, args.reps) if args.hot_fillfactor else []
-        for row in hot:
-            default = next(r for r in results if r["observations"] == row["observations"])
-            row["ratio_vs_default_floor"] = round(row["evaluate_s"] / default["floor_s"], 2)
+            judge_us = commit_judge_us(run_id)
+            print(f"{n:>9} observations  commit judging {judge_us:6.2f} us per row", flush=True)
+            results.append(summarise(n, samples, judge_us))
     finally:
         if not args.keep:
             drop_database(args.pg_name)
     summary = {"bench": "validation", "results": results}
-    if hot:
-        summary["hot"] = hot
     print(json.dumps({**summary, **watch.finish()}))
     return 0
 

@@ -76,6 +76,9 @@ def supersede(
             "version": obs.version + 1,
             "source_attempt_id": attempt_id,
             "updated_at": timezone.now(),
+            # The stored verdict judged the old value; a later evaluation judges the new one.
+            "verdict": None,
+            "verdict_rules": "",
         }
         if scraper_version is not None:
             fields["scraper_version"] = scraper_version
@@ -112,6 +115,11 @@ class ObservationRow:
     # The commit's plan for the task that observed it: `claimed` (run, window, partition,
     # task, recovery batch, scraper version) and `attempt_id`.
     plan: Any
+    # Its verdict under the run's rules (recovery.verdicts): bits, state and the rules' digest;
+    # None / "pending" / "" when the commit could not judge it.
+    verdict: int | None = None
+    state: str = "pending"
+    rules_digest: str = ""
 
 
 def divert_published(rows: Sequence[ObservationRow]) -> list[ObservationRow]:

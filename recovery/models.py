@@ -367,9 +367,17 @@ class Observation(models.Model):
         Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )
     scraper_version = models.CharField(max_length=64, blank=True)
+    # The row's own verdict (recovery.verdicts), judged by the commit that wrote it or by an
+    # evaluation: valid, invalid, or pending (not judged yet). Held is not stored here: a row
+    # is held when its partition is quarantined (recovery.row_states).
     validation_state = models.CharField(
         max_length=16, choices=Validation.choices, default=Validation.PENDING
     )
+    # What the row failed, as bits (recovery.verdicts.Rules), and the digest of the rules that
+    # judged it; NULL / "": not judged. A row judged by other rules than its run's current
+    # ones is judged again by the next evaluation.
+    verdict = models.BigIntegerField(null=True, blank=True)
+    verdict_rules = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Bumped when a correction supersedes a published value (history in ObservationVersion).
     version = models.PositiveIntegerField(default=1)
     observed_at = models.DateTimeField(default=timezone.now)
@@ -543,6 +551,11 @@ class RunPartition(models.Model):
     sample_last_id = models.BigIntegerField(default=0)
     provisional_reason = models.TextField(blank=True)
     provisional_at = models.DateTimeField(null=True, blank=True)
+    # The partition's observations when an evaluation last decided its hold: their number and
+    # a checksum of their updated_at (recovery.validation). A partition whose rows changed
+    # since is decided again even when the evaluation re-marks only repaired partitions.
+    marked_rows = models.BigIntegerField(null=True, blank=True)
+    marked_sum = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="runpartition_uniq")]

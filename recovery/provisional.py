@@ -31,7 +31,9 @@ from django.utils import timezone
 from recovery import audit, counters
 from recovery.models import Observation, Run, RunPartition
 from recovery.states.run import RunState
-from recovery.validation import VALUE_RULE_KINDS, _check_value, _empty
+from recovery.verdicts import VALUE_RULE_KINDS
+from recovery.verdicts import check_value as _check_value
+from recovery.verdicts import empty as _empty
 
 MIN_SAMPLE = 30
 SAMPLE_CAP = 1000

@@ -2,11 +2,13 @@
 
 What a rule decides:
 - Value rules (`range`, `pattern`, `enum`) and required fields say whether one observation is valid.
-  An observation that fails one is marked `invalid` and is left out of the candidate.
+  An observation that fails one is `invalid` and is left out of the candidate. Each row is
+  judged once, by the commit that writes it (recovery.verdicts); an evaluation sums the stored
+  verdicts and judges again only rows that other rules (or none) judged.
 - `partition_invalid_share` holds a whole partition (e.g. one retailer) out of the candidate
-  when its share of invalid values of a field is above `max`: the RunPartition is quarantined
-  and its observations are marked `held`. Guarantee 6: held and invalid observations are never
-  exported or published.
+  when its share of invalid values of a field is above `max`: the RunPartition is quarantined,
+  which makes its observations `held` (recovery.row_states). Guarantee 6: held and invalid
+  observations are never exported or published.
 - `coverage` (valid observations / logical extracting tasks), `required` (share of complete
   observations) and `outcome_ratio` (share of terminal tasks in one outcome) are run-level
   gates: each must reach its `min`.
@@ -21,7 +23,6 @@ quality failure is the dataset's problem, not the execution's (seed 002).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,13 +30,13 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery import counters, validation_sql
+from recovery import counters, row_states, validation_sql
 from recovery.models import Observation, Run, RunPartition, Task, ValidationResult
 from recovery.states.task import TERMINAL
+from recovery.verdicts import Rules
 
 VALID = Observation.Validation.VALID
 INVALID = Observation.Validation.INVALID
-HELD = Observation.Validation.HELD
 
 # RunPartition.quarantine_reason prefix for quarantines made here; only those are lifted by a
 # later evaluation (an operator's or the engine's quarantine is left alone).
@@ -53,7 +54,7 @@ class Evaluation:
     failures: list[str] = field(default_factory=list)  # "rule: value < threshold" lines
     quarantined: list[str] = field(default_factory=list)  # partitions held out
     released: list[str] = field(default_factory=list)  # partitions no longer held
-    counts: dict[str, int] = field(default_factory=dict)  # observations by validation state
+    counts: dict[str, int] = field(default_factory=dict)  # observations by state as shown
 
 
 @dataclass(slots=True)
@@ -80,82 +81,26 @@ class _Tally:
     complete: int = 0
     valid: int = 0  # observations that pass every value rule and have every required field
 
-
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        return None
-
-
-def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
-
-
-VALUE_RULE_KINDS = ("range", "pattern", "enum")
+    def add(self, rules: Rules, bits: int, n: int = 1) -> None:
+        """Count `n` observations whose verdict is `bits` (recovery.verdicts.Rules.verdict)."""
+        self.total += n
+        for i, rule in enumerate(rules.value_rules):
+            if bits >> i & 1:
+                self.fails[rule["name"]] += n
+        for k, name in enumerate(rules.watched):
+            if bits >> rules.watched_bit(k) & 1:
+                self.field_invalid[name] += n
+        if not bits >> rules.incomplete_bit & 1:
+            self.complete += n
+        if not bits & rules.invalid_mask:
+            self.valid += n
 
 
-def _check_value(rule: dict[str, Any], value: Any, compiled: Any) -> bool:
-    """True when `value` satisfies a value rule. A missing value is the `required` rule's
-    business, so it passes here (but counts as invalid for a partition rule on its field)."""
-    if _empty(value):
-        return True
-    if rule["kind"] == "range":
-        number = _number(value)
-        if number is None:
-            return False
-        if "min" in rule and number < rule["min"]:
-            return False
-        return not ("max" in rule and number > rule["max"])
-    if rule["kind"] == "pattern":
-        return bool(compiled and compiled.search(str(value)))
-    if rule["kind"] == "enum":
-        # Compared as text: extraction yields strings, a spec may list numbers.
-        return str(value) in compiled
-    return True
-
-
-def judge(
-    tally: _Tally,
-    payload: Any,
-    page_type: str | None,
-    value_rules: list[dict[str, Any]],
-    patterns: dict[str, Any],
-    required: dict[str, list[str]],
-    watched_fields: set[str],
-) -> bool:
-    """Judge one observation in Python and count it in its partition's tally; True if valid.
-    Used for the observations recovery.validation_sql leaves undecided (the same definition
-    the SQL reproduces)."""
-    payload = payload if isinstance(payload, dict) else {}
-    tally.total += 1
-    ok = True
-    bad_fields: set[str] = set()
-    for rule in value_rules:
-        if not _check_value(rule, payload.get(rule["field"]), patterns.get(rule["name"])):
-            tally.fails[rule["name"]] += 1
-            bad_fields.add(rule["field"])
-            ok = False
-    if any(_empty(payload.get(f)) for f in required.get(page_type, [])):
-        ok = False
-    else:
-        tally.complete += 1
-    for watched in watched_fields:
-        if watched in bad_fields or _empty(payload.get(watched)):
-            tally.field_invalid[watched] += 1
-    if ok:
-        tally.valid += 1
-    return ok
-
-
-def required_fields(spec: dict[str, Any]) -> dict[str, list[str]]:
-    """{page type: [required field names]}."""
-    return {
-        name: [f for f, fs in pt.get("fields", {}).items() if fs.get("required")]
-        for name, pt in spec.get("page_types", {}).items()
-    }
+def judge(tally: _Tally, payload: Any, page_type: str | None, rules: Rules) -> bool:
+    """Judge one observation in Python and count it in its partition's tally; True if valid."""
+    bits = rules.verdict(payload, page_type)
+    tally.add(rules, bits)
+    return not bits & rules.invalid_mask
 
 
 def extracting_page_types(spec: dict[str, Any]) -> list[str]:
@@ -163,11 +108,12 @@ def extracting_page_types(spec: dict[str, Any]) -> list[str]:
 
 
 def evaluate(run_id: int, *, mark: set[str] | None = None) -> Evaluation:
-    """Evaluate a run's rules, store the results, mark observations, hold partitions.
+    """Evaluate a run's rules, store the results, decide partitions' holds.
 
-    `mark` limits which partitions' observation states and quarantine flags are rewritten (a
-    recovery batch re-marks only the repaired partitions; guarantee 7 keeps the others as they
-    were); None re-marks every partition. Run-level results always cover the whole run.
+    `mark` limits which partitions' holds are decided again (a recovery batch re-marks only
+    the repaired partitions; guarantee 7 keeps the others as they were), together with every
+    partition whose observations changed since its hold was last decided; None re-marks every
+    partition. Run-level results always cover the whole run.
     """
     run = Run.objects.select_related("dataset").get(pk=run_id)
     return _evaluate(run, mark)
@@ -176,51 +122,53 @@ def evaluate(run_id: int, *, mark: set[str] | None = None) -> Evaluation:
 def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
     spec = run.dataset.spec or {}
     rules: list[dict[str, Any]] = list(spec.get("rules", []))
-    value_rules = [r for r in rules if r["kind"] in VALUE_RULE_KINDS]
-    # Per rule, what _check_value needs ready-made: a compiled pattern or the allowed values.
-    patterns: dict[str, Any] = {
-        r["name"]: re.compile(r["pattern"]) for r in value_rules if r.get("pattern")
-    }
-    patterns.update(
-        {r["name"]: frozenset(str(v) for v in r["values"]) for r in value_rules if "values" in r}
-    )
+    judged_by = Rules.of(spec)
+    value_rules = list(judged_by.value_rules)
     partition_rules = [r for r in rules if r["kind"] == "partition_invalid_share"]
     tolerance = {r["field"]: r["max"] for r in partition_rules}
-    required = required_fields(spec)
-    watched_fields = {r["field"] for r in partition_rules}
+
+    # The verdicts the commits stored (recovery.verdicts), summed per partition in one read.
+    found = validation_sql.stored(run.pk, judged_by.digest)
+    tallies: dict[str, _Tally] = defaultdict(_Tally)
+    for partition, by_verdict in found.by_verdict.items():
+        for bits, n in by_verdict.items():
+            tallies[partition].add(judged_by, bits, n)
+    # Rows judged by other rules (a spec changed by loaddataset, a worker's spec a moment old)
+    # or by none are judged now: in SQL, and by the Python definition where SQL cannot decide.
+    in_sql = validation_sql.RowVerdicts(
+        connection.vendor, value_rules, dict(judged_by.required), judged_by.watched
+    )
+    in_python: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    if found.stale:
+        again = validation_sql.tally(run.pk, in_sql, stale_for=judged_by.digest)
+        for partition, counted in again.tallies.items():
+            tally = tallies[partition]
+            tally.total += counted.total
+            tally.complete += counted.complete
+            tally.valid += counted.valid
+            for name, n in counted.fails.items():
+                tally.fails[name] += n
+            for name, n in counted.field_invalid.items():
+                tally.field_invalid[name] += n
+        for pk, partition, payload, page_type in again.undecided:
+            bits = judged_by.verdict(payload, page_type)
+            tallies[partition].add(judged_by, bits)
+            in_python[partition][bits].append(pk)
+
+    partitions = {row.name: row for row in RunPartition.objects.filter(run=run).order_by("name")}
+    held_before = {name for name, row in partitions.items() if row.quarantined}
+    if mark is not None:
+        # A partition whose rows were added or rewritten since its hold was decided (or that
+        # never had one decided) is decided again: its data is new to the rules.
+        mark = set(mark) | {
+            p
+            for p, fingerprint in found.fingerprints.items()
+            if p not in partitions
+            or (partitions[p].marked_rows, partitions[p].marked_sum) != fingerprint
+        }
 
     def marked(partition: str) -> bool:
         return mark is None or partition in mark
-
-    if mark is not None:
-        # Observations nobody has judged yet (new or re-upserted) are always marked.
-        mark = set(mark) | set(
-            Observation.objects.filter(run=run, validation_state=Observation.Validation.PENDING)
-            .order_by()
-            .values_list("partition", flat=True)
-            .distinct()
-        )
-    held_before = set(
-        RunPartition.objects.filter(run=run, quarantined=True).values_list("name", flat=True)
-    )
-
-    # One SQL pass tallies the observations per partition (recovery.validation_sql); only the
-    # observations SQL cannot judge exactly are judged here, by the one Python definition.
-    in_sql = validation_sql.RowVerdicts(connection.vendor, value_rules, required, watched_fields)
-    found = validation_sql.tally(run.pk, in_sql)
-    tallies: dict[str, _Tally] = defaultdict(_Tally)
-    for partition, counted in found.tallies.items():
-        tally = tallies[partition]
-        tally.total, tally.complete, tally.valid = counted.total, counted.complete, counted.valid
-        tally.fails.update(counted.fails)
-        tally.field_invalid.update(counted.field_invalid)
-    verdicts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for pk, partition, payload, page_type in found.undecided:
-        ok = judge(
-            tallies[partition], payload, page_type, value_rules, patterns, required, watched_fields
-        )
-        if marked(partition):
-            verdicts[partition][VALID if ok else INVALID].append(pk)
 
     # The read pass above runs outside any transaction (on SQLite a long write transaction
     # would stall every worker's commit); the writes below are one short transaction.
@@ -234,6 +182,7 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
         results: list[RuleResult] = []
 
         # Partition rules first: they decide which partitions are held out of the candidate.
+        # A hold lives on the partition (recovery.row_states): no observation row is written.
         held = {p for p in held_before if mark is not None and p not in mark}
         quarantined: list[str] = []
         released: list[str] = []
@@ -270,23 +219,35 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
             if res.rule in partition_rule_names and res.partition == "":
                 res.detail = {"held": sorted(held)}
 
-        # Write observation states for the re-marked partitions (only rows that change, so an
-        # untouched row keeps its updated_at and its hash): the rows SQL judged in one UPDATE,
-        # the others by their ids.
-        validation_sql.mark(
-            run.pk,
-            in_sql,
-            None if mark is None else {p for p in tallies if marked(p)},
-            held,
-            {"held": HELD, "valid": VALID, "invalid": INVALID},
-        )
-        for partition, by_state in verdicts.items():
-            for state, ids in by_state.items():
-                target = HELD if partition in held else state
-                for start in range(0, len(ids), _CHUNK):
-                    Observation.objects.filter(pk__in=ids[start : start + _CHUNK]).exclude(
-                        validation_state=target
-                    ).update(validation_state=target)
+        # The re-marked partitions' rows judged just now get their verdict stored (the SQL
+        # decided ones in one UPDATE, the others by their ids), and each re-marked partition
+        # its fingerprint: the rows its hold was decided on.
+        if found.stale:
+            validation_sql.mark(
+                run.pk,
+                in_sql,
+                None if mark is None else {p for p in tallies if marked(p)},
+                judged_by.digest,
+                {"valid": VALID, "invalid": INVALID},
+            )
+            for partition, by_bits in in_python.items():
+                if not marked(partition):
+                    continue
+                for bits, ids in by_bits.items():
+                    for start in range(0, len(ids), _CHUNK):
+                        Observation.objects.filter(pk__in=ids[start : start + _CHUNK]).update(
+                            verdict=bits if judged_by.judged_at_commit else None,
+                            verdict_rules=judged_by.digest,
+                            validation_state=judged_by.state(bits),
+                        )
+        for partition, (n_rows, checksum) in found.fingerprints.items():
+            before = partitions.get(partition)
+            if marked(partition) and (
+                before is None or (before.marked_rows, before.marked_sum) != (n_rows, checksum)
+            ):
+                RunPartition.objects.filter(run=run, name=partition).update(
+                    marked_rows=n_rows, marked_sum=checksum
+                )
 
         # Run-level aggregates over the non-held partitions.
         live = {p: t for p, t in tallies.items() if p not in held}
@@ -338,20 +299,13 @@ def _evaluate(run: Run, mark: set[str] | None) -> Evaluation:
             for res in results
             if res.partition == "" and not res.passed
         ]
-        counts = dict(
-            Observation.objects.filter(run=run)
-            .order_by()
-            .values_list("validation_state")
-            .annotate(n=_count())
-            .values_list("validation_state", "n")
-        )
         return Evaluation(
             run_id=run.pk,
             passed=not failures,
             failures=failures,
             quarantined=quarantined,
             released=released,
-            counts=counts,
+            counts=row_states.state_counts(run.pk),
         )
 
 

@@ -1,12 +1,13 @@
-"""Validation's per-observation verdicts as SQL over the payloads (issue 15).
+"""Validation's reads and writes of observations in SQL (issue 15).
 
-recovery.validation judges every observation of a run. Doing that row by row in Python costs
-~25x one SQL aggregate over the same rules, so the verdicts are computed here in the database,
-over the payload with its JSON functions (SQLite's json_extract/json_type, PostgreSQL's jsonb
-operators): one pass that tallies every rule kind per partition (GROUP BY partition), and one
-UPDATE ... FROM that marks the re-marked partitions' observations.
+An observation's verdict is judged when it is committed (recovery.verdicts), so an evaluation
+first reads the stored verdicts (`stored`: rows per partition and verdict, no payload read).
+Rows judged by other rules than the run's current ones (or by none) are judged again here, in
+the database, over the payload with its JSON functions (SQLite's json_extract/json_type,
+PostgreSQL's jsonb operators): one pass that tallies every rule kind per partition (GROUP BY
+partition), and one UPDATE ... FROM that writes the re-marked partitions' verdicts.
 
-"Invalid" keeps one definition, recovery.validation._check_value / _empty (Python), which
+"Invalid" keeps one definition, recovery.verdicts.check_value / empty (Python), which
 recovery.provisional also uses. The SQL here decides a value only where it provably agrees with
 that definition, and says "undecided" (NULL) everywhere else; undecided observations are fetched
 and judged by the Python definition. The hypothesis tests in tests/db/test_validation_sql.py
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
+
+from recovery.verdicts import MAX_BITS, PENDING
 
 # Printable ASCII characters float() never accepts (its grammar: digits, sign, point, exponent,
 # underscore, whitespace and the letters of "nan", "inf", "infinity"): a text holding one is
@@ -328,15 +331,26 @@ class RowVerdicts:
         complete = self.complete()
         # Every column that can be NULL takes part: a NULL anywhere makes the row undecided.
         every = " + ".join([fails, "c", "0"] + [f"w{k}" for k in range(len(self.watched))])
+        # The verdict bits of recovery.verdicts.Rules: value rules, watched fields, incomplete
+        # (NULL when they do not fit the column: such rules are judged at every evaluation).
+        n = len(self.value_rules)
+        bits = [f"f{i} * {1 << i}" for i in range(n)]
+        bits += [f"w{k} * {1 << (n + k)}" for k in range(len(self.watched))]
+        bits.append(f"(1 - c) * {1 << (n + len(self.watched))}")
+        if len(bits) > MAX_BITS:
+            bits = ["CAST(NULL AS bigint)" if self.d.pg else "NULL"]
         sql = (
             f"SELECT x.*, CASE WHEN {fails} + (1 - c) = 0 THEN 1 ELSE 0 END AS valid, "
-            f"CASE WHEN ({every}) IS NULL THEN 1 ELSE 0 END AS undecided FROM ("
+            f"CASE WHEN ({every}) IS NULL THEN 1 ELSE 0 END AS undecided, "
+            f"({' + '.join(bits)}) AS bits FROM ("
             f"SELECT {', '.join(cols)}, ({complete}) AS c FROM ({inner}) l1) x"
         )
         return sql, self.complete_params() + params
 
-    def tally_sql(self, run_id: int) -> tuple[str, list]:
-        rows, params = self.layer2("o.run_id = %s", [run_id])
+    def tally_sql(self, run_id: int, stale_for: str | None = None) -> tuple[str, list]:
+        """Per partition, the sums of the run's rows (or of its stale rows: not judged by the
+        rules of digest `stale_for`)."""
+        rows, params = self.layer2(*_run_rows(run_id, stale_for))
         sums = ["COUNT(*)", "SUM(c)", "SUM(valid)"]
         sums += [f"SUM(f{i})" for i in range(len(self.value_rules))]
         sums += [f"SUM(w{k})" for k in range(len(self.watched))]
@@ -347,11 +361,11 @@ class RowVerdicts:
         )
 
     def mark_sql(
-        self, run_id: int, partitions: set[str] | None, held: set[str], states: dict[str, str]
+        self, run_id: int, partitions: set[str] | None, digest: str, states: dict[str, str]
     ) -> tuple[str, list]:
-        """UPDATE setting the decided observations of `partitions` (None: all) to their state:
-        held in a held partition, else valid or invalid; rows already there are untouched."""
-        where, wparams = "o.run_id = %s", [run_id]
+        """UPDATE writing the verdict (bits, `digest`, valid or invalid) of the decided stale
+        rows of `partitions` (None: all): the rows not judged by the rules of `digest`."""
+        where, wparams = _run_rows(run_id, digest)
         if partitions is not None:
             if not partitions:
                 where += " AND 1 = 0"
@@ -359,21 +373,78 @@ class RowVerdicts:
                 where += f" AND o.partition IN ({', '.join(['%s'] * len(partitions))})"
                 wparams += sorted(partitions)
         rows, params = self.layer2(where, wparams)
-        held_sql = f"partition IN ({', '.join(['%s'] * len(held))})" if held else "1 = 0"
-        target = f"CASE WHEN {held_sql} THEN %s WHEN valid = 1 THEN %s ELSE %s END"
-        tparams = [*sorted(held), states["held"], states["valid"], states["invalid"]]
         sql = (
-            "UPDATE recovery_observation SET validation_state = m.target FROM ("
-            f"SELECT id, {target} AS target FROM ({rows}) r WHERE undecided = 0) m "
-            "WHERE recovery_observation.id = m.id "
-            "AND recovery_observation.validation_state <> m.target"
+            "UPDATE recovery_observation SET verdict = m.bits, verdict_rules = %s, "
+            "validation_state = CASE WHEN m.valid = 1 THEN %s ELSE %s END FROM ("
+            f"SELECT id, bits, valid FROM ({rows}) r WHERE undecided = 0) m "
+            "WHERE recovery_observation.id = m.id"
         )
-        return sql, tparams + params
+        return sql, [digest, states["valid"], states["invalid"], *params]
 
 
-def tally(run_id: int, verdicts: RowVerdicts) -> Pass:
-    """One pass: per partition, the counts of the decided rows; then the undecided rows."""
-    sql, params = verdicts.tally_sql(run_id)
+def _run_rows(run_id: int, stale_for: str | None) -> tuple[str, list]:
+    """The WHERE of a run's rows, or of its stale rows: not judged by the rules of digest
+    `stale_for`, or sent back to validation (`pending`) by whoever rewrote them."""
+    if stale_for is None:
+        return "o.run_id = %s", [run_id]
+    return (
+        "o.run_id = %s AND (o.verdict IS NULL OR o.verdict_rules <> %s OR o.validation_state = %s)",
+        [run_id, stale_for, PENDING],
+    )
+
+
+# --- the verdicts stored at commit ---------------------------------------------------------
+
+# A partition's fingerprint sums each row's updated_at in microseconds modulo this prime: any
+# added or rewritten row changes it (a rewrite sets updated_at), and the sum stays a bigint.
+FINGERPRINT_MOD = 1_000_000_007
+
+
+def _updated_us(vendor: str) -> str:
+    if vendor == "postgresql":
+        return "(extract(epoch FROM o.updated_at) * 1000000)::bigint"
+    # SQLite keeps 'YYYY-MM-DD HH:MM:SS[.fff...]' text: whole seconds, then the fraction's digits.
+    return (
+        "(CAST(strftime('%%s', o.updated_at) AS INTEGER) * 1000000"
+        " + CAST(substr(o.updated_at, 21) AS INTEGER))"
+    )
+
+
+@dataclass
+class Stored:
+    """The run's stored verdicts: per partition, rows by verdict (fresh rows: judged by the
+    current rules) and the partition's fingerprint (rows, checksum); stale rows per partition."""
+
+    by_verdict: dict[str, dict[int, int]]
+    stale: dict[str, int]
+    fingerprints: dict[str, tuple[int, int]]
+
+
+def stored(run_id: int, digest: str) -> Stored:
+    """One grouped read of the run's rows: no payload is read, no row judged."""
+    sql = (
+        "SELECT o.partition, CASE WHEN o.verdict_rules = %s AND o.validation_state <> %s "
+        "THEN o.verdict END, COUNT(*), "
+        f"SUM({_updated_us(connection.vendor)} %% {FINGERPRINT_MOD}) "
+        "FROM recovery_observation o WHERE o.run_id = %s GROUP BY 1, 2"
+    )
+    found = Stored({}, {}, {})
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [digest, PENDING, run_id])
+        for partition, verdict, n, checksum in cursor.fetchall():
+            rows, total = found.fingerprints.get(partition, (0, 0))
+            found.fingerprints[partition] = (rows + n, (total + int(checksum)) % FINGERPRINT_MOD)
+            if verdict is None:
+                found.stale[partition] = found.stale.get(partition, 0) + n
+            else:
+                found.by_verdict.setdefault(partition, {})[int(verdict)] = n
+    return found
+
+
+def tally(run_id: int, verdicts: RowVerdicts, stale_for: str | None = None) -> Pass:
+    """One pass: per partition, the counts of the decided rows; then the undecided rows.
+    `stale_for`: only the rows not judged by the rules of that digest."""
+    sql, params = verdicts.tally_sql(run_id, stale_for)
     n_rules = len(verdicts.value_rules)
     tallies: dict[str, PartitionTally] = {}
     undecided_partitions = False
@@ -396,7 +467,7 @@ def tally(run_id: int, verdicts: RowVerdicts) -> Pass:
     if undecided_partitions:
         from recovery.models import Observation
 
-        rows, params = verdicts.layer2("o.run_id = %s", [run_id])
+        rows, params = verdicts.layer2(*_run_rows(run_id, stale_for))
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT id FROM ({rows}) r WHERE undecided = 1", params)
             ids = [r[0] for r in cursor.fetchall()]
@@ -413,11 +484,11 @@ def mark(
     run_id: int,
     verdicts: RowVerdicts,
     partitions: set[str] | None,
-    held: set[str],
+    digest: str,
     states: dict[str, str],
 ) -> int:
-    """Write the decided observations' states (see RowVerdicts.mark_sql). Rows changed."""
-    sql, params = verdicts.mark_sql(run_id, partitions, held, states)
+    """Write the decided stale rows' verdicts (see RowVerdicts.mark_sql). Rows written."""
+    sql, params = verdicts.mark_sql(run_id, partitions, digest, states)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

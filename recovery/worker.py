@@ -32,7 +32,7 @@ from django import db
 from django.conf import settings
 from django.db import connection
 
-from recovery import acceptance_steps, faults, leases, remote
+from recovery import acceptance_steps, faults, leases, remote, verdicts
 from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
 from recovery.liveness import new_worker_id
 from recovery.providers import get_provider, known
@@ -129,6 +129,7 @@ def _dataset_info(claimed: list[Claimed]) -> dict[int, tuple[str, dict[str, Any]
             "pk", "name", "provider", "spec"
         ):
             _datasets[pk] = (now, (name, provider), spec or {})
+            verdicts.remember(pk, name, spec)  # the commit judges by these (no second read)
     return {
         pk: (provider, _datasets[pk][2] if pk in _datasets else {})
         for pk, (_name, provider) in wanted.items()

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+from recovery import verdicts
 from recovery.leases import crashes, postgres, sqlite
 from recovery.leases.plan import (
     WORKER,
@@ -143,6 +144,12 @@ def commit_outcomes(
     plans = [
         plan_outcome(c, o, now=finished, rng=rng) for c, o in zip(claimed, outcomes, strict=True)
     ]
+    # Each observation is judged here, once, by its run's rules (recovery.verdicts), so an
+    # evaluation sums stored verdicts instead of judging and rewriting every row.
+    if any(p.outcome.observations for p in plans):
+        rules = verdicts.rules_for({(c.dataset_id, c.dataset) for c in claimed})
+        for p in plans:
+            p.rules = rules.get((p.claimed.dataset_id, p.claimed.dataset))
     if holder.source == TaskState.COMMITTED and any(p.state != TaskState.COMMITTED for p in plans):
         raise ValueError("a re-synchronisation commits only successful outcomes")
     if is_pg():

@@ -20,6 +20,7 @@ from recovery.corrections import ObservationRow
 from recovery.failures import Action
 from recovery.providers.base import ErrorClass, Outcome, TaskInput
 from recovery.states.task import TaskState
+from recovery.verdicts import Rules
 
 
 def dt_result(value) -> datetime | None:
@@ -165,6 +166,8 @@ class Plan:
     artefact: dict[str, Any] | None
     attempt_id: uuid.UUID = field(default_factory=uuid.uuid4)
     payload_hash: str = ""
+    # The rules its observations are judged by at commit (recovery.verdicts), None: not judged.
+    rules: Rules | None = None
 
 
 @dataclass(slots=True)
@@ -291,34 +294,45 @@ def plan_outcome(
     return Plan(claimed, outcome, target[0], target[1], error_class, detail, None, artefact)
 
 
-def plan_observations(plan: Plan) -> list[tuple[str, str, str, str]]:
-    """(observation_key, entity_key, payload_json, hash) of one outcome, in order; also sets
-    the plan's payload_hash (its one observation's, or a hash over several)."""
+def plan_observations(plan: Plan) -> list[ObservationRow]:
+    """The observation rows of one outcome, in order, each with its verdict when the plan
+    carries rules (recovery.verdicts); also sets the plan's payload_hash (its one
+    observation's, or a hash over several)."""
     c = plan.claimed
+    rules = plan.rules if plan.rules is not None and plan.rules.judged_at_commit else None
     out = []
     for obs in plan.outcome.observations:
         payload_json = canonical_json(obs.payload)
         digest = keys.payload_hash(payload_json)
         okey = keys.observation_key(c.dataset, obs.entity_key, c.window)
-        out.append((okey, obs.entity_key, payload_json, digest))
+        if rules is None:
+            out.append(ObservationRow(okey, obs.entity_key, payload_json, digest, plan))
+            continue
+        bits = rules.verdict(obs.payload, c.page_type)
+        out.append(
+            ObservationRow(
+                okey, obs.entity_key, payload_json, digest, plan,
+                bits, rules.state(bits), rules.digest,
+            )
+        )  # fmt: skip
     if len(out) == 1:
-        plan.payload_hash = out[0][3]
+        plan.payload_hash = out[0].payload_hash
     elif out:
-        plan.payload_hash = keys.payload_hash("\n".join(row[3] for row in out))
+        plan.payload_hash = keys.payload_hash("\n".join(row.payload_hash for row in out))
     return out
 
 
 def observation_rows(plans: list[Plan]) -> list[ObservationRow]:
-    """(observation_key, entity_key, payload_json, hash, plan) deduplicated by key.
+    """The plans' observation rows deduplicated by key.
 
     Two tasks of one batch may report the same entity; one statement may not upsert a row
     twice (PostgreSQL refuses), so the later one wins, as it would in two transactions.
     Sorted by key so concurrent committers lock rows in the same order (no deadlock).
     """
-    rows: dict[str, tuple] = {}
+    rows: dict[str, ObservationRow] = {}
     for plan in plans:
-        for okey, entity_key, payload_json, digest in plan_observations(plan):
-            rows[okey] = ObservationRow(okey, entity_key, payload_json, digest, plan)
+        for row in plan_observations(plan):
+            rows[row.observation_key] = row
     return [rows[k] for k in sorted(rows)]
 
 

@@ -227,6 +227,9 @@ _O_TYPES = (
     "varchar",  # source_task_key
     "uuid",  # source_attempt_id
     "varchar",  # scraper_version
+    "bigint",  # verdict (recovery.verdicts), NULL: not judged at commit
+    "varchar",  # verdict_rules
+    "varchar",  # validation_state
 )
 
 
@@ -278,7 +281,7 @@ attempts AS (
     RETURNING 1
 ),
 o(seq, okey, run_id, entity_key, "window", partition, payload, payload_hash, task_id,
-    task_key, attempt_id, scraper_version) AS ({o}),
+    task_key, attempt_id, scraper_version, verdict, verdict_rules, state) AS ({o}),
 won_obs AS (
     SELECT DISTINCT ON (o.okey) o.*, r.acceptance_state FROM o
     JOIN fenced AS f ON f.id = o.task_id JOIN recovery_run AS r ON r.id = o.run_id
@@ -289,9 +292,11 @@ observations AS (
     -- Sorted by key: concurrent committers lock rows in the same order.
     INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window",
         partition, payload, payload_hash, source_task_id, source_task_key, source_attempt_id,
-        scraper_version, validation_state, version, observed_at, updated_at)
+        scraper_version, verdict, verdict_rules, validation_state, version, observed_at,
+        updated_at)
     SELECT run_id, okey, entity_key, "window", partition, payload, payload_hash, task_id,
-        task_key, attempt_id, scraper_version, 'pending', 1, %(finished)s, %(finished)s
+        task_key, attempt_id, scraper_version, verdict, verdict_rules, state, 1,
+        %(finished)s, %(finished)s
     FROM won_obs WHERE acceptance_state <> ALL(%(versioned)s::varchar[])
     ORDER BY okey
     ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload,
@@ -299,7 +304,8 @@ observations AS (
         source_task_id = excluded.source_task_id,
         source_task_key = excluded.source_task_key,
         source_attempt_id = excluded.source_attempt_id,
-        scraper_version = excluded.scraper_version, validation_state = 'pending',
+        scraper_version = excluded.scraper_version, verdict = excluded.verdict,
+        verdict_rules = excluded.verdict_rules, validation_state = excluded.validation_state,
         updated_at = excluded.updated_at
     WHERE recovery_observation.payload_hash <> excluded.payload_hash
     RETURNING 1
@@ -370,12 +376,13 @@ def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
     obs_by_seq: dict[int, ObservationRow] = {}
     for p in plans:
         c = p.claimed
-        for okey, entity_key, payload_json, digest in plan_observations(p):
+        for row in plan_observations(p):
             seq = len(o_rows)
-            obs_by_seq[seq] = ObservationRow(okey, entity_key, payload_json, digest, p)
+            obs_by_seq[seq] = row
             o_rows.append(
-                [seq, okey, c.run_id, entity_key[:500], c.window, c.partition, payload_json,
-                 digest, c.task_id, c.task_key, p.attempt_id, c.scraper_version]
+                [seq, row.observation_key, c.run_id, row.entity_key[:500], c.window,
+                 c.partition, row.payload_json, row.payload_hash, c.task_id, c.task_key,
+                 p.attempt_id, c.scraper_version, row.verdict, row.rules_digest, row.state]
             )  # fmt: skip
         for child in p.outcome.discovered:
             try:

@@ -80,7 +80,7 @@ def values_sql(n_rows: int, casts: Sequence[str]) -> str:
 def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
     pg = is_pg()
     json_mark = "::jsonb" if pg else ""
-    casts = ("",) * 5 + (json_mark,) + ("",) * 9
+    casts = ("",) * 5 + (json_mark,) + ("",) * 11
     changed = 0
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start : start + CHUNK]
@@ -99,7 +99,9 @@ def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
                 c.task_key,
                 row.plan.attempt_id if pg else row.plan.attempt_id.hex,
                 c.scraper_version,
-                "pending",
+                row.verdict,
+                row.rules_digest,
+                row.state,
                 1,
                 now_param,
                 now_param,
@@ -109,16 +111,17 @@ def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
         cursor.execute(
             'INSERT INTO recovery_observation (run_id, observation_key, entity_key, "window", '
             "partition, payload, payload_hash, source_task_id, source_task_key, "
-            "source_attempt_id, scraper_version, validation_state, version, observed_at, "
-            "updated_at) "
+            "source_attempt_id, scraper_version, verdict, verdict_rules, validation_state, "
+            "version, observed_at, updated_at) "
             f"VALUES {values_sql(len(chunk), casts)} "
             "ON CONFLICT (observation_key) DO UPDATE SET payload = excluded.payload, "
             "payload_hash = excluded.payload_hash, partition = excluded.partition, "
             "source_task_id = excluded.source_task_id, "
             "source_task_key = excluded.source_task_key, "
             "source_attempt_id = excluded.source_attempt_id, "
-            "scraper_version = excluded.scraper_version, validation_state = 'pending', "
-            "updated_at = excluded.updated_at "
+            "scraper_version = excluded.scraper_version, verdict = excluded.verdict, "
+            "verdict_rules = excluded.verdict_rules, "
+            "validation_state = excluded.validation_state, updated_at = excluded.updated_at "
             "WHERE recovery_observation.payload_hash <> excluded.payload_hash RETURNING 1",
             params,
         )

@@ -214,8 +214,11 @@ def test_the_demo_story_from_manage_py_demo_to_an_export(demo, browser, screensh
             key
             for (key,) in query(
                 demo["db"],
-                "SELECT observation_key FROM recovery_observation "
-                "WHERE run_id = ? AND validation_state = 'valid'",
+                # Valid and not held (a held row is one of a quarantined partition).
+                "SELECT observation_key FROM recovery_observation o "
+                "WHERE run_id = ? AND validation_state = 'valid' AND partition NOT IN "
+                "(SELECT name FROM recovery_runpartition p WHERE p.run_id = o.run_id "
+                "AND p.quarantined)",
                 run_id,
             )
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance
+from recovery import acceptance, row_states
 from recovery.models import AuditEntry, Observation, OutboxEvent, Run, RunPartition, Task
 from recovery.states.run import RunState
 from tests.acceptance_factories import make_collected_run, make_shop
@@ -46,8 +46,10 @@ def test_it_quarantines_a_bad_partition_and_refuses_acceptance_without_changing_
     acceptance.advance_runs()
     part = RunPartition.objects.get(run=run, name="c")
     assert part.quarantined and part.quarantine_reason.startswith("rule ")
+    # c's rows are held by the quarantine; each keeps its own verdict.
     held = Observation.objects.filter(run=run, partition="c")
-    assert set(held.values_list("validation_state", flat=True)) == {"held"}
+    assert set(held.values_list("validation_state", flat=True)) == {"invalid"}
+    assert row_states.state_counts(run.pk) == {"valid": 20, "held": 10}
     # Coverage is 20/30 < 0.9: the rules fail and acceptance is refused.
     with pytest.raises(acceptance.AcceptanceError, match="coverage"):
         acceptance.accept_run(run.pk, "admin")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import validation
+from recovery import row_states, validation
 from recovery.models import Observation, RunPartition, Task, ValidationResult
 from tests.acceptance_factories import commit_task, good_payload, make_collected_run, make_shop
 from tests.factories import make_run, make_tasks
@@ -36,11 +36,13 @@ def test_a_partition_over_the_share_is_held_and_released_after_repair():
     assert not result(run, "partition_invalid_prices", "b").passed
     assert result(run, "partition_invalid_prices", "a").passed
     assert not result(run, "coverage").passed  # 10 valid of 20 tasks
+    # b's rows are held by their partition's quarantine; each keeps its own verdict.
+    assert outcome.counts == {"valid": 10, "held": 10}
     assert set(
         Observation.objects.filter(run=run, partition="b").values_list(
             "validation_state", flat=True
         )
-    ) == {"held"}
+    ) == {"invalid"}
     # The repaired values arrive (pending), only partition b is re-marked.
     for obs in Observation.objects.filter(run=run, partition="b"):
         Observation.objects.filter(pk=obs.pk).update(
@@ -57,9 +59,7 @@ def test_an_operators_quarantine_is_not_lifted_by_the_rules():
     validation.evaluate(run.pk)
     part = RunPartition.objects.get(run=run, name="a")
     assert part.quarantined and part.quarantine_reason == "looks off"
-    assert set(Observation.objects.filter(run=run).values_list("validation_state", flat=True)) == {
-        "held"
-    }
+    assert row_states.state_counts(run.pk) == {"held": 3}
 
 
 def test_a_value_rule_without_a_partition_rule_tolerates_nothing():

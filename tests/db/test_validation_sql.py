@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from recovery import validation, validation_sql
 from recovery.models import Observation
+from recovery.verdicts import Rules
 from tests.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
@@ -32,6 +33,20 @@ RULES = [
 ]
 REQUIRED = {"product": ["title", "sku"], "listing": []}
 WATCHED = {"price", "title"}
+SPEC = {
+    "page_types": {
+        "product": {
+            "fields": {f: {"selector": f".{f}", "required": True} for f in ("title", "sku")}
+        },
+        "listing": {"fields": {}},
+    },
+    "rules": RULES
+    + [
+        {"name": f"{f}_share", "kind": "partition_invalid_share", "field": f, "max": 0.5}
+        for f in sorted(WATCHED)
+    ],
+}
+JUDGED_BY = Rules.of(SPEC)
 
 EDGES = [
     "",
@@ -112,35 +127,31 @@ def make_observations(rows) -> object:
     return run
 
 
-def compiled(rules):
-    import re
-
-    ready = {r["name"]: re.compile(r["pattern"]) for r in rules if r.get("pattern")}
-    ready.update(
-        {r["name"]: frozenset(str(v) for v in r["values"]) for r in rules if "values" in r}
-    )
-    return ready
+def test_the_rules_here_are_the_ones_the_sql_is_given():
+    assert list(JUDGED_BY.value_rules) == RULES
+    assert JUDGED_BY.required == {"product": ("sku", "title")}
+    assert JUDGED_BY.watched == tuple(sorted(WATCHED))
 
 
 def in_python(run):
-    """Every observation judged by the Python definition: tallies and valid/invalid by pk."""
+    """Every observation judged by the Python definition: tallies and (partition, state,
+    verdict bits) by pk."""
     tallies = defaultdict(validation._Tally)
     states = {}
     rows = Observation.objects.filter(run=run).values_list(
         "pk", "partition", "payload", "source_task__page_type"
     )
     for pk, partition, payload, page_type in rows:
-        ok = validation.judge(
-            tallies[partition], payload, page_type, RULES, compiled(RULES), REQUIRED, WATCHED
-        )
-        states[pk] = (partition, "valid" if ok else "invalid")
+        ok = validation.judge(tallies[partition], payload, page_type, JUDGED_BY)
+        bits = JUDGED_BY.verdict(payload, page_type)
+        states[pk] = (partition, "valid" if ok else "invalid", bits)
     return tallies, states
 
 
 def in_sql(run):
     """As production runs it: the SQL pass, Python for the undecided rows."""
     verdicts = validation_sql.RowVerdicts(connection.vendor, RULES, REQUIRED, WATCHED)
-    found = validation_sql.tally(run.pk, verdicts)
+    found = validation_sql.tally(run.pk, verdicts, stale_for=JUDGED_BY.digest)
     tallies = defaultdict(validation._Tally)
     for partition, t in found.tallies.items():
         mine = tallies[partition]
@@ -149,9 +160,7 @@ def in_sql(run):
         mine.field_invalid.update(t.field_invalid)
     python_states = {}
     for pk, partition, payload, page_type in found.undecided:
-        ok = validation.judge(
-            tallies[partition], payload, page_type, RULES, compiled(RULES), REQUIRED, WATCHED
-        )
+        ok = validation.judge(tallies[partition], payload, page_type, JUDGED_BY)
         python_states[pk] = "valid" if ok else "invalid"
     return verdicts, tallies, python_states
 
@@ -169,7 +178,7 @@ def flat(tallies):
     }
 
 
-STATES = {"held": "held", "valid": "valid", "invalid": "invalid"}
+STATES = {"valid": "valid", "invalid": "invalid"}
 
 
 @hsettings(max_examples=30)
@@ -183,16 +192,27 @@ def test_sql_and_python_agree_on_generated_runs(rows):
     verdicts, tallies, python_states = in_sql(run)
     assert flat(tallies) == flat(expected_tallies)
 
-    # Marking: the SQL UPDATE writes the decided rows, "a" held; the undecided ones are the
-    # Python states (written by ids in production).
-    validation_sql.mark(run.pk, verdicts, None, {"a"}, STATES)
-    stored = dict(Observation.objects.filter(run=run).values_list("pk", "validation_state"))
-    for pk, (partition, state) in expected_states.items():
+    # Marking: the SQL UPDATE writes the decided rows' verdicts, the very bits the commit
+    # would have stored (recovery.verdicts); the undecided ones are the Python states
+    # (written by ids in production).
+    validation_sql.mark(run.pk, verdicts, None, JUDGED_BY.digest, STATES)
+    stored = {
+        pk: rest
+        for pk, *rest in Observation.objects.filter(run=run).values_list(
+            "pk", "validation_state", "verdict", "verdict_rules"
+        )
+    }
+    for pk, (_partition, state, bits) in expected_states.items():
         if pk in python_states:
             assert python_states[pk] == state
-            assert stored[pk] == "pending"  # left to the caller
+            assert stored[pk] == ["pending", None, ""]  # left to the caller
         else:
-            assert stored[pk] == ("held" if partition == "a" else state), (pk, rows)
+            assert stored[pk] == [state, bits, JUDGED_BY.digest], (pk, rows)
+    # Once written, those rows are no longer stale for these rules: a second pass over the
+    # stale rows finds only the undecided ones.
+    again = validation_sql.tally(run.pk, verdicts, stale_for=JUDGED_BY.digest)
+    assert sum(t.total for t in again.tallies.values()) == 0
+    assert {pk for pk, *_ in again.undecided} == set(python_states)
 
 
 def test_plain_values_are_decided_in_sql():

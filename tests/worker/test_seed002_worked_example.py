@@ -20,7 +20,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from recovery import acceptance, exports, reruns
+from recovery import acceptance, exports, reruns, row_states
 from recovery.models import Attempt, Observation, RecoveryBatch, Run, RunPartition
 from recovery.sandbox import server, site
 from recovery.sandbox.runner import start_in_thread
@@ -84,11 +84,11 @@ def test_quarantine_repair_revalidate_promote_on_real_workers(shop, tmp_path):
     assert run.acceptance_state == RunState.CANDIDATE
     held = RunPartition.objects.get(run=run, name=bad)
     assert held.quarantined and "partition_invalid_prices" in held.quarantine_reason
-    assert set(
-        Observation.objects.filter(run=run, partition=bad).values_list(
-            "validation_state", flat=True
-        )
-    ) == {"held"}
+    # Its rows are held by the quarantine (each keeps its own verdict): none is exportable.
+    bad_rows = Observation.objects.filter(run=run, partition=bad)
+    assert bad_rows.exists()
+    assert not row_states.exportable(run.pk).filter(partition=bad).exists()
+    assert row_states.state_counts(run.pk)["held"] == bad_rows.count()
     with pytest.raises(acceptance.AcceptanceError, match="coverage"):
         acceptance.accept_run(run.pk, "admin")
     keys_before = set(Observation.objects.filter(run=run).values_list("observation_key", flat=True))
