@@ -136,6 +136,8 @@ class Rules:
 
     def verdict(self, payload: Any, page_type: str | None) -> int:
         """The verdict bits of one payload (see the module's docstring)."""
+        if not (self.value_rules or self.watched or self.required):
+            return 0  # nothing to judge (a spec without rules): every payload passes
         payload = payload if isinstance(payload, dict) else {}
         bits = 0
         bad_fields: set[str] = set()
@@ -146,8 +148,10 @@ class Rules:
         for k, name in enumerate(self.watched):
             if name in bad_fields or empty(payload.get(name)):
                 bits |= 1 << self.watched_bit(k)
-        if any(empty(payload.get(f)) for f in self.required.get(page_type, ())):
-            bits |= 1 << self.incomplete_bit
+        for name in self.required.get(page_type, ()):
+            if empty(payload.get(name)):
+                bits |= 1 << self.incomplete_bit
+                break
         return bits
 
     def state(self, bits: int) -> str:
