@@ -96,13 +96,6 @@ class _Tally:
             self.valid += n
 
 
-def judge(tally: _Tally, payload: Any, page_type: str | None, rules: Rules) -> bool:
-    """Judge one observation in Python and count it in its partition's tally; True if valid."""
-    bits = rules.verdict(payload, page_type)
-    tally.add(rules, bits)
-    return not bits & rules.invalid_mask
-
-
 def extracting_page_types(spec: dict[str, Any]) -> list[str]:
     return [name for name, pt in spec.get("page_types", {}).items() if pt.get("fields")]
 

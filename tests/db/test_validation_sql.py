@@ -142,9 +142,9 @@ def in_python(run):
         "pk", "partition", "payload", "source_task__page_type"
     )
     for pk, partition, payload, page_type in rows:
-        ok = validation.judge(tallies[partition], payload, page_type, JUDGED_BY)
         bits = JUDGED_BY.verdict(payload, page_type)
-        states[pk] = (partition, "valid" if ok else "invalid", bits)
+        tallies[partition].add(JUDGED_BY, bits)
+        states[pk] = (partition, JUDGED_BY.state(bits), bits)
     return tallies, states
 
 
@@ -160,8 +160,9 @@ def in_sql(run):
         mine.field_invalid.update(t.field_invalid)
     python_states = {}
     for pk, partition, payload, page_type in found.undecided:
-        ok = validation.judge(tallies[partition], payload, page_type, JUDGED_BY)
-        python_states[pk] = "valid" if ok else "invalid"
+        bits = JUDGED_BY.verdict(payload, page_type)
+        tallies[partition].add(JUDGED_BY, bits)
+        python_states[pk] = JUDGED_BY.state(bits)
     return verdicts, tallies, python_states
 
 
