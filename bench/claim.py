@@ -605,8 +605,30 @@ def main() -> None:
     if any(r["ran_dry"] for r in results):  # a worker idled inside the window: rates too low
         summary["headline"] = False
         summary["headline_reason"] = "a worker ran out of tasks inside the window (--tasks)"
+    scattered = spread_verdict(results)
+    if scattered and summary["headline"]:
+        summary["headline"] = False
+        summary["headline_reason"] = scattered
     summary["command"] = " ".join(["python", "bench/claim.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
+
+
+# A quiet box by the load rules can still be an unsteady one: the floor's own speed moved
+# x1.3-1.7 between runs of 2026-12-01 with 0% foreign CPU. A run whose paired ratios spread
+# wider than this over its repetitions is not a headline.
+SPREAD_LIMIT = 1.5
+
+
+def spread_verdict(results: list[dict]) -> str:
+    """Why the run's repetitions disagree too much to headline it ("" when they do not)."""
+    for r in results:
+        low, high = r["ratio_min"], r["ratio_max"]
+        if low > 0 and high / low > SPREAD_LIMIT:
+            return (
+                f"{r['db']} x{r['workers']}: the paired ratio spread {low}-{high} over the "
+                f"repetitions (x{high / low:.2f} > x{SPREAD_LIMIT})"
+            )
+    return ""
 
 
 if __name__ == "__main__":

@@ -150,6 +150,17 @@ def test_claim_ratios_are_paired_per_repetition_against_the_bare_floor():
     assert row["engine_cpu_ms_per_task"] == 0.5 and row["bare_floor_db_cpu_ms_per_task"] == 0.1
 
 
+def test_a_claim_run_whose_repetitions_disagree_is_no_headline():
+    spread_verdict = bench_module("claim").spread_verdict
+    steady = {"db": "postgresql", "workers": 1, "ratio_min": 0.5, "ratio_max": 0.74}
+    assert spread_verdict([steady]) == ""
+    # 2026-12-01 13:21 UTC: 0.288-0.852 at 1 worker, with 0% foreign CPU.
+    unsteady = {"db": "postgresql", "workers": 2, "ratio_min": 0.288, "ratio_max": 0.852}
+    reason = spread_verdict([steady, unsteady])
+    assert reason.startswith("postgresql x2:") and "0.288-0.852" in reason
+    assert "x2.96 > x1.5" in reason
+
+
 def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
     summarise = bench_module("scrape").summarise
 
