@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from recovery import counters, leases
 from recovery.models import Attempt, Task
+from tests.migrations import migrate, migrate_to_latest, old_database_at
 
 BEFORE = [("recovery", "0009_upload_dataset_permission")]
 AFTER = [("recovery", "0010_task_remote_state")]
@@ -20,18 +19,7 @@ PARKED = datetime(9000, 1, 1, tzinfo=UTC)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture
-def old_database():
-    apps = migrate(BEFORE)
-    yield apps
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("recovery"))
+old_database = old_database_at(BEFORE)
 
 
 def test_parked_tasks_of_each_kind_become_remote_and_counters_equal_a_recount(old_database):
@@ -105,7 +93,7 @@ def test_parked_tasks_of_each_kind_become_remote_and_counters_equal_a_recount(ol
     migrate(AFTER)
     # What follows reads through today's models and claim (a later migration added a Task
     # column, crash_count): bring the schema up to date; 0011 onwards leave these rows alone.
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("recovery"))
+    migrate_to_latest()
 
     for kind, job in jobs.items():
         held = Task.objects.filter(pk__in=[tasks[f"{kind}-1"].pk, tasks[f"{kind}-2"].pk])

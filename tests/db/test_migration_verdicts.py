@@ -4,12 +4,11 @@ lives on the partition), and the next evaluation judges them and shows them held
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from recovery import row_states, validation
 from recovery.models import Observation
 from tests.acceptance_factories import SHOP_SPEC
+from tests.migrations import migrate, migrate_to_latest, old_database_at
 
 BEFORE = [("recovery", "0024_partial_error_index_no_delta_run_index")]
 AFTER = [("recovery", "0025_observation_verdict")]
@@ -17,18 +16,7 @@ AFTER = [("recovery", "0025_observation_verdict")]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture
-def old_database():
-    apps = migrate(BEFORE)
-    yield apps
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("recovery"))
+old_database = old_database_at(BEFORE)
 
 
 def test_stored_holds_become_pending_and_are_judged_again(old_database):
@@ -63,7 +51,7 @@ def test_stored_holds_become_pending_and_are_judged_again(old_database):
         Observation.objects.filter(run_id=run.pk).values_list("partition", "validation_state")
     ) == [("a", "invalid"), ("a", "valid"), ("b", "pending")]
 
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes("recovery"))
+    migrate_to_latest()
     outcome = validation.evaluate(run.pk)
     assert (
         outcome.counts
