@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from django.utils import timezone
 
 from recovery import counters, keys
-from recovery.models import Dataset, Run, Task
+from recovery.models import Dataset, Observation, Run, Task
 
 _seq = itertools.count(1)
 
@@ -74,3 +75,21 @@ def force_state(task: Task, target: str, **fields) -> Task:
     counters.record([(task.run_id, task.partition, task.state, target, 1)])
     task.refresh_from_db()
     return task
+
+
+def make_observation(
+    run: Run, task: Task, payload: dict, *, state: str = Observation.Validation.VALID
+) -> Observation:
+    """One observation of `task` (keyed by its URL) in the task's partition, stored with the
+    verdict `state`; its payload_hash is the hash of the payload's sorted-key JSON."""
+    return Observation.objects.create(
+        run=run,
+        observation_key=keys.observation_key(run.dataset.name, task.url, run.window),
+        entity_key=task.url,
+        window=run.window,
+        partition=task.partition,
+        payload=payload,
+        payload_hash=keys.payload_hash(json.dumps(payload, sort_keys=True)),
+        source_task=task,
+        validation_state=state,
+    )

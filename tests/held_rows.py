@@ -7,9 +7,8 @@ that still reads `validation_state` for holds shows the rows as valid or invalid
 
 from __future__ import annotations
 
-from recovery import keys
 from recovery.models import Observation, Run, RunPartition, Task
-from tests.factories import make_tasks
+from tests.factories import make_observation, make_tasks
 
 
 def quarantine(run: Run, name: str) -> RunPartition:
@@ -22,17 +21,7 @@ def observe(task: Task, verdict: str) -> Observation:
     """One observation of `task` in the task's partition, stored with `verdict`."""
     assert verdict != Observation.Validation.HELD, "held is derived, never stored here"
     run = Run.objects.select_related("dataset").get(pk=task.run_id)
-    return Observation.objects.create(
-        run=run,
-        observation_key=keys.observation_key(run.dataset.name, task.url, run.window),
-        entity_key=task.url,
-        window=run.window,
-        partition=task.partition,
-        payload={"title": f"Item {task.pk}"},
-        payload_hash=f"h{task.pk}",
-        source_task=task,
-        validation_state=verdict,
-    )
+    return make_observation(run, task, {"title": f"Item {task.pk}"}, state=verdict)
 
 
 def held_run(run: Run) -> dict[str, list[Task]]:

@@ -6,7 +6,6 @@ payload (a <script> element and a javascript: URL) so every page that shows them
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
-from recovery import audit, counters, keys
+from recovery import audit, counters
 from recovery.models import (
     Attempt,
     Observation,
@@ -26,7 +25,7 @@ from recovery.models import (
     WorkerHeartbeat,
 )
 from recovery.states import task as task_states
-from tests.factories import make_dataset, make_run, make_tasks
+from tests.factories import make_dataset, make_observation, make_run, make_tasks
 
 PASSWORD = "correct horse battery staple"
 XSS_SCRIPT = "<script>alert('xss')</script>"
@@ -73,20 +72,6 @@ def make_users() -> dict[str, User]:
     }
 
 
-def _observe(run: Run, task: Task, payload: dict, state: str = "valid") -> Observation:
-    return Observation.objects.create(
-        run=run,
-        observation_key=keys.observation_key(run.dataset.name, task.url, run.window),
-        entity_key=task.url,
-        window=run.window,
-        partition=task.partition,
-        payload=payload,
-        payload_hash=keys.payload_hash(json.dumps(payload, sort_keys=True)),
-        source_task=task,
-        validation_state=state,
-    )
-
-
 def make_world() -> World:
     dataset = make_dataset(name="shop", spec=dict(SPEC))
     run = make_run(dataset, window="2026-11-01")
@@ -116,7 +101,7 @@ def make_world() -> World:
         error_detail=f"h1 missing {XSS_SCRIPT}",
         artefact={"status": 200, "headers": {"x-note": XSS_SCRIPT}, "body_excerpt": XSS_BODY},
     )
-    _observe(run, make_tasks(run, 1, partition="alpha.test", host="alpha2.test")[0], {})
+    make_observation(run, make_tasks(run, 1, partition="alpha.test", host="alpha2.test")[0], {})
 
     # A remote submission whose outcome is unknown: the reconcile queue.
     remote_run = make_run(
@@ -154,12 +139,12 @@ def make_world() -> World:
     done = make_tasks(accepted, 3, partition="alpha.test", state="committed", host="a.test")
     held = make_tasks(accepted, 1, partition="held.test", state="committed", host="h.test")
     rows = [
-        _observe(accepted, done[0], {"title": "Plain kettle"}),
-        _observe(accepted, done[1], {"title": f'{XSS_SCRIPT} =HYPERLINK("{XSS_URL}")'}),
+        make_observation(accepted, done[0], {"title": "Plain kettle"}),
+        make_observation(accepted, done[1], {"title": f'{XSS_SCRIPT} =HYPERLINK("{XSS_URL}")'}),
     ]
-    _observe(accepted, done[2], {"title": "invalid one"}, state="invalid")
+    make_observation(accepted, done[2], {"title": "invalid one"}, state="invalid")
     # Stored valid, held by its partition's quarantine (recovery.row_states): never exported.
-    _observe(accepted, held[0], {"title": "held back"})
+    make_observation(accepted, held[0], {"title": "held back"})
     RunPartition.objects.create(run=accepted, name="held.test", quarantined=True)
     Run.objects.filter(pk=accepted.pk).update(
         acceptance_state="accepted", accepted_at=now, accepted_by="adam"
