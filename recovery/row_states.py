@@ -19,7 +19,6 @@ from recovery.models import Observation, RunPartition
 VALID = Observation.Validation.VALID
 INVALID = Observation.Validation.INVALID
 HELD = Observation.Validation.HELD
-PENDING = Observation.Validation.PENDING
 
 
 def held_partitions(run_id: int) -> QuerySet:
