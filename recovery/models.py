@@ -38,6 +38,13 @@ class Dataset(models.Model):
         return self.name
 
 
+# RUN_COPY: Attempt.run, Observation.run and TaskCountDelta.run are copies of a task's run,
+# written by the claim and the commit from the task row they move (Task.run is a database
+# foreign key). A database foreign key on the copies made every row the hot path inserts lock
+# the one run row FOR KEY SHARE at commit: 100+ checks per batch, and a MultiXact whenever two
+# workers commit at once (bench/README.md, "Claim -> commit"). Django's CASCADE still deletes
+# them with their run (no product path deletes one); tests/db/test_run_copies.py holds the
+# copies to their tasks' runs.
 class Run(models.Model):
     """One intended collection (dataset + window) and its candidate dataset."""
 
@@ -290,7 +297,10 @@ class Attempt(models.Model):
     task = models.ForeignKey(
         Task, on_delete=models.CASCADE, related_name="attempts", db_index=False
     )
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    # No database constraint (RUN_COPY): the task's run, copied by the commit.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False
+    )
     # Indexed only where set (attempt_batch_idx), as Task.recovery_batch.
     recovery_batch = models.ForeignKey(
         RecoveryBatch,
@@ -347,9 +357,14 @@ class Observation(models.Model):
         INVALID = "invalid"
         HELD = "held"  # its partition is quarantined: never exported or published
 
-    # "observations of a run" uses the run-led composite indexes below.
+    # "observations of a run" uses the run-led composite indexes below. No database
+    # constraint (RUN_COPY): the source task's run, copied by the commit.
     run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="observations", db_index=False
+        Run,
+        on_delete=models.CASCADE,
+        related_name="observations",
+        db_index=False,
+        db_constraint=False,
     )
     observation_key = models.CharField(max_length=64, unique=True)
     entity_key = models.CharField(max_length=500)
@@ -591,7 +606,10 @@ class TaskCountDelta(models.Model):
 
     # No index of its own: taskcount_idx leads with run (every read, compaction and the
     # cascade from Run use it), and each delta row inserted would write one more entry.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # No database constraint (RUN_COPY): the moved tasks' run, copied by the claim and commit.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     partition = models.CharField(max_length=200, default="", blank=True)
     state = models.CharField(max_length=16, choices=TaskState.choices)
     delta = models.IntegerField()
