@@ -1,19 +1,19 @@
 """Claim -> commit throughput: the engine (noop provider) against two raw-SQL floors, one run.
 
-For each database and worker count, the same number of processes run, in ABC / CBA order
-across repetitions:
+For each database and worker count, each kind runs in the same number of processes:
 - the *bare floor* (headline): seed 002's claim and commit statements with psycopg / sqlite3
   directly, batch 50, on bare two-index tables the bench creates (bench/bare_floor.py);
 - the *schema floor* (second figure): the same statements on the product's own tables, with
   their indexes and deferred foreign keys (engine / schema floor = the engine's own cost);
 - the *engine*: recovery.worker.run_batch with the noop provider (claim, provider call on the
   event loop, fenced commit with Attempt, observation upsert, counters, worker heartbeat).
-Each measurement reloads the tasks, starts the processes, waits until all are ready, then
-counts tasks committed inside a common window after a warm-up. `ratio` = engine / bare floor,
-paired per repetition, median reported; CPU per task includes PostgreSQL's backends.
+The tasks are loaded once per worker count and every kind's processes started once; then, in
+rounds, each kind alone runs a slice (`--warmup` unmeasured, then `--seconds` counted), in ABC
+order and CBA in the next round. `ratio` = engine / bare floor, paired per round, median
+reported; CPU per task includes PostgreSQL's backends.
 
     make bench-claim                       # PostgreSQL 1, 2 workers and SQLite 1, 2
-    .venv/bin/python bench/claim.py --reps 4 --seconds 8
+    .venv/bin/python bench/claim.py --reps 20 --seconds 2
     .venv/bin/python bench/claim.py --pg-url postgres://postgres@127.0.0.1:5432/postgres
 
 The last line of output is one JSON object: {"bench": "claim", "results": [...],
@@ -225,8 +225,14 @@ class Engine:
         return result.summary.committed
 
 
-def child(kind, db, target, index, batch, warmup, window, ready, go_at, results):
-    """One measured process: connect, report ready, run steps, count commits in the window."""
+def child(kind, db, target, index, batch, control, results):
+    """One worker process of one kind: set up once, then run every slice given to its kind.
+
+    control: (active kind's index, slice number, start, end) in shared memory; -1 = nobody's
+    turn, -2 = exit. Per slice it reports the tasks committed between its first and last step
+    boundaries inside [start, end], that span, and the CPU used over it by this process and
+    its database backend.
+    """
     worker = f"bench-{kind}-{index}"
     if kind == "engine":
         impl = Engine(worker)
@@ -242,33 +248,37 @@ def child(kind, db, target, index, batch, warmup, window, ready, go_at, results)
         impl = SqliteFloor(target, worker)
     backend = impl.backend_pid()
     # One unmeasured step before "ready": imports, the event loop, the provider and the
-    # prepared statements are set up outside the window, for every kind alike.
+    # prepared statements are set up outside every slice, for every kind alike.
     impl.step(batch)
-    ready.put(index)
-    while go_at.value == 0:
-        time.sleep(0.005)
-    start = go_at.value + warmup
-    end = start + window
-    counted = 0
-    dry = False
-    cpu0 = cpu1 = None  # (this process's CPU, its database backend's CPU) in seconds
-    while True:
-        n = impl.step(batch)
-        now = time.monotonic()
-        if n < 0:
-            dry = now < end
-            break
-        if start <= now <= end:
-            if cpu0 is None:
+    results.put(("ready", index))
+    mine, done = KINDS.index(kind), 0
+    active, slice_no, start_at, end_at = control
+    while active.value != -2:
+        if active.value != mine or slice_no.value == done:
+            time.sleep(0.005)
+            continue
+        done, start, end = slice_no.value, start_at.value, end_at.value
+        counted, dry, first, last = 0, False, None, None
+        while True:
+            n = impl.step(batch)
+            now = time.monotonic()
+            if n < 0:
+                dry = now < end
+                break
+            if start <= now <= end:
                 # CPU is read at step boundaries: tasks of the steps between the two reads.
-                cpu0 = (time.process_time(), backend_cpu(backend))
-            else:
-                counted += n
-                cpu1 = (time.process_time(), backend_cpu(backend))
-        if now > end:
-            break
-    cpu = (0.0, 0.0) if cpu0 is None or cpu1 is None else (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
-    results.put((index, counted, dry, cpu))
+                mark = (now, time.process_time(), backend_cpu(backend))
+                if first is None:
+                    first = mark
+                else:
+                    counted += n
+                    last = mark
+            if now > end:
+                break
+        span = (0.0, 0.0, 0.0)
+        if last is not None:
+            span = tuple(b - a for a, b in zip(first, last, strict=True))
+        results.put(("slice", done, index, counted, dry, span))
 
 
 # --- data loading -------------------------------------------------------------------------------
@@ -281,7 +291,8 @@ def pg_admin(url: str, sql: str) -> None:
         conn.execute(sql)
 
 
-def pg_load(url: str, n: int) -> None:
+def pg_load(url: str, n: int, product_n: int | None = None) -> None:
+    """n tasks in the floor's table, product_n (default n) in recovery_task."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -305,7 +316,7 @@ def pg_load(url: str, n: int) -> None:
             "'product', 'p' || mod(i, 4), 0, 'manifest', 0, '{}'::jsonb, 'pending', 0, "
             "now() - interval '1 minute', '', 0, '', now(), now() "
             "FROM generate_series(1, %s) AS i",
-            [run_id, n],
+            [run_id, product_n or n],
         )
         conn.execute(
             "INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta) "
@@ -317,7 +328,7 @@ def pg_load(url: str, n: int) -> None:
         conn.execute("CHECKPOINT")
 
 
-def sqlite_load(path: str, n: int) -> None:
+def sqlite_load(path: str, n: int, product_n: int | None = None) -> None:
     conn = sqlite3.connect(path, isolation_level=None, timeout=60)
     cur = conn.cursor()
     cur.execute("BEGIN IMMEDIATE")
@@ -347,7 +358,7 @@ def sqlite_load(path: str, n: int) -> None:
         f"SELECT ?, printf('%064d', i), 'http://shop.test/item/' || i, 'product', "
         f"'p' || (i % 4), 0, 'manifest', 0, '{{}}', 'pending', 0, {past}, '', 0, '', "
         f"{past}, {past} FROM s",
-        [n, run_id],
+        [product_n or n, run_id],
     )
     cur.execute(
         "INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta) "
@@ -391,37 +402,66 @@ def backend_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(kind, db, target, workers, batch, warmup, window) -> tuple[float, bool, float, float]:
-    """(tasks/s in the window, ran dry, CPU ms per task of the workers and their database
-    backends, of which the backends' share)."""
+def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict], bool]:
+    """Every kind's workers started once and kept; then `rounds` rounds of one slice per kind
+    (ABC, then CBA), each slice `window` seconds after `settle`, only that kind running.
+
+    Returns samples[round][kind] = (tasks/s, CPU ms per task of the workers and their
+    database backends, of which the backends') and whether a worker ran out of tasks.
+    The box's speed drifts over seconds to minutes (the floor alone moved x1.3-1.7 between
+    runs of 2026-12-01); slices of a few seconds, alternated, put that drift on every kind
+    alike, where one window per kind per repetition put it on whichever kind it fell on.
+    """
     ctx = mp.get_context("spawn")  # children set up Django themselves, from the environment
-    ready, results = ctx.Queue(), ctx.Queue()
-    go_at = ctx.Value("d", 0.0)
+    results = ctx.Queue()
+    control = (ctx.Value("i", -1), ctx.Value("i", 0), ctx.Value("d", 0.0), ctx.Value("d", 0.0))
+    active, slice_no, start_at, end_at = control
     procs = [
-        ctx.Process(
-            target=child,
-            args=(kind, db, target, i, batch, warmup, window, ready, go_at, results),
-        )
+        ctx.Process(target=child, args=(kind, db, target, i, BATCH, control, results))
+        for kind in KINDS
         for i in range(workers)
     ]
     for p in procs:
         p.start()
+    samples: list[dict] = []
+    dry = False
     try:
         for _ in procs:
-            ready.get(timeout=120)
-        go_at.value = time.monotonic()
-        got = [results.get(timeout=warmup + window + 300) for _ in procs]
+            results.get(timeout=120)
+        for r in range(rounds):
+            sample = {}
+            for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
+                start_at.value = time.monotonic() + settle
+                end_at.value = start_at.value + window
+                slice_no.value += 1
+                active.value = KINDS.index(kind)
+                got = [results.get(timeout=settle + window + 300) for _ in range(workers)]
+                active.value = -1
+                rate = sum(n / span[0] for *_x, n, _d, span in got if span[0] > 0)
+                tasks = sum(n for *_x, n, _d, _s in got)
+                client = sum(span[1] for *_x, span in got)
+                server = sum(span[2] for *_x, span in got)
+                sample[kind] = (
+                    rate,
+                    (client + server) * 1000 / tasks if tasks else 0.0,
+                    server * 1000 / tasks if tasks else 0.0,
+                )
+                dry = dry or any(d for *_x, d, _s in got)
+                log(
+                    f"{db} workers={workers} round={r + 1} {kind}: {rate:,.0f} tasks/s, "
+                    f"{sample[kind][1]:.3f} CPU ms/task ({sample[kind][2]:.3f} of it the "
+                    f"database backends), load {os.getloadavg()[0]:.2f}"
+                )
+            samples.append(sample)
+            if dry:
+                break
     finally:
+        active.value = -2
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    total = sum(counted for _i, counted, _dry, _cpu in got)
-    client = sum(cpu[0] for *_x, cpu in got)
-    server = sum(cpu[1] for *_x, cpu in got)
-    per_task = (client + server) * 1000 / total if total else 0.0
-    server_per_task = server * 1000 / total if total else 0.0
-    return total / window, any(dry for _i, _c, dry, _cpu in got), per_task, server_per_task
+    return samples, dry
 
 
 KINDS = ("floor", "schema_floor", "engine")
@@ -471,38 +511,27 @@ def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
     }
 
 
-def run_suite(db, target, load, configs, reps, warmup, window, n_tasks, log) -> list[dict]:
+def run_suite(db, target, load, configs, rounds, settle, window, n_tasks, log) -> list[dict]:
     results = []
     for workers in configs:
-        samples: list[dict] = []
-        dry = False
-        for rep in range(reps):
-            sample = {}
-            # ABC then CBA: a load that drifts during a repetition favours no kind.
-            order = KINDS if rep % 2 == 0 else tuple(reversed(KINDS))
-            for kind in order:
-                load(target, n_tasks)
-                rate, ran_dry, cpu_ms, db_ms = measure(
-                    kind, db, target, workers, BATCH, warmup, window
-                )
-                dry = dry or ran_dry
-                sample[kind] = (rate, cpu_ms, db_ms)
-                log(
-                    f"{db} workers={workers} rep={rep + 1} {kind}: {rate:,.0f} tasks/s, "
-                    f"{cpu_ms:.3f} CPU ms/task ({db_ms:.3f} of it the database backends), "
-                    f"load {os.getloadavg()[0]:.2f}"
-                )
-            samples.append(sample)
+        # One load per worker count: the floor's tasks, and twice as many of the product's
+        # (the schema floor and the engine both take from them).
+        load(target, n_tasks, 2 * n_tasks)
+        samples, dry = measure(db, target, workers, rounds, settle, window, log)
         results.append(summarise(db, workers, samples, dry))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=4, help="even, for the ABC/CBA order")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--tasks", type=int, default=80_000, help="tasks loaded per measure")
+    parser.add_argument(
+        "--reps", type=int, default=10, help="rounds of one slice per kind (even: ABC, CBA)"
+    )
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured part of a slice")
+    parser.add_argument("--warmup", type=float, default=0.3, help="unmeasured start of a slice")
+    parser.add_argument(
+        "--tasks", type=int, default=300_000, help="floor tasks per worker count (product: 2x)"
+    )
     parser.add_argument(
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),

@@ -13,7 +13,8 @@ PostgreSQL backends' CPU per task, per repetition and the median. PostgreSQL onl
     .venv/bin/python bench/claim_schema.py --a-migration 0020_drop_unused_like_indexes
         # A at that recovery migration, B at the newest: a schema change before / after
 
-Variants: an index name (dropped), `fks` (every foreign key of the three tables),
+Variants: an index name (dropped), `fks` (every foreign key of the three tables), `run_fks`
+(only their foreign keys to recovery_run),
 `task_secondary` (every non-unique recovery_task index but the claim's), `attempt_secondary`,
 `observation_secondary`, `none` (A against A: the noise). The last line is one JSON object.
 """
@@ -67,8 +68,10 @@ def take_away(url: str, variant: str) -> list[str]:
     indexes = secondary_indexes(url)
     if variant == "none":
         return []
-    if variant == "fks":
+    if variant in ("fks", "run_fks"):
         keys = foreign_keys(url)
+        if variant == "run_fks":  # only those to recovery_run (denormalised run_id columns)
+            keys = [k for k in keys if "REFERENCES recovery_run(" in k[2]]
         for table, name, _definition in keys:
             pg_admin(url, f"ALTER TABLE {table} DROP CONSTRAINT {name}")
         return [f"ALTER TABLE {t} ADD CONSTRAINT {n} {d}" for t, n, d in keys]
