@@ -638,6 +638,7 @@ def main() -> None:
     if scattered and summary["headline"]:
         summary["headline"] = False
         summary["headline_reason"] = scattered
+        log(f"headline: NO after all ({scattered})")  # the load line above said yes
     summary["command"] = " ".join(["python", "bench/claim.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
 
