@@ -41,7 +41,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import LEASE, PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA, SQLITE_NOW, PgBare, SqliteBare
-from common import compile_bytecode, fenced_keys
+from common import compile_bytecode, fenced_keys, refuse_if_spread
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -634,31 +634,9 @@ def main() -> None:
     if any(r["ran_dry"] for r in results):  # a worker idled inside the window: rates too low
         summary["headline"] = False
         summary["headline_reason"] = "a worker ran out of tasks inside the window (--tasks)"
-    scattered = spread_verdict(results)
-    if scattered and summary["headline"]:
-        summary["headline"] = False
-        summary["headline_reason"] = scattered
-        log(f"headline: NO after all ({scattered})")  # the load line above said yes
+    refuse_if_spread(summary, ("ratio",), lambda r: f"{r['db']} x{r['workers']}")
     summary["command"] = " ".join(["python", "bench/claim.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
-
-
-# A quiet box by the load rules can still be an unsteady one: the floor's own speed moved
-# x1.3-1.7 between runs of 2026-12-01 with 0% foreign CPU. A run whose paired ratios spread
-# wider than this over its repetitions is not a headline.
-SPREAD_LIMIT = 1.5
-
-
-def spread_verdict(results: list[dict]) -> str:
-    """Why the run's repetitions disagree too much to headline it ("" when they do not)."""
-    for r in results:
-        low, high = r["ratio_min"], r["ratio_max"]
-        if low > 0 and high / low > SPREAD_LIMIT:
-            return (
-                f"{r['db']} x{r['workers']}: the paired ratio spread {low}-{high} over the "
-                f"repetitions (x{high / low:.2f} > x{SPREAD_LIMIT})"
-            )
-    return ""
 
 
 if __name__ == "__main__":

@@ -20,6 +20,39 @@ PY = sys.executable
 _LISTENING = re.compile(r"sandbox listening on (http://\S+?)/? ")
 
 
+# --- the spread rule -----------------------------------------------------------------------------
+
+# A quiet box by the load rules can still be an unsteady one: the claim floor's own speed moved
+# x1.3-1.7 between runs of 2026-12-01 with 0% foreign CPU. A run whose paired ratio spreads
+# wider than this over its repetitions is not a headline (bench/README.md).
+SPREAD_LIMIT = 1.5
+
+
+def spread_verdict(rows: list[dict], ratios: tuple[str, ...], label) -> str:
+    """Why a run's repetitions disagree too much to headline it ("" when they do not).
+
+    Each row carries, for each named ratio, its lowest and highest repetition as
+    `<name>_min` and `<name>_max`; `label(row)` names the row in the reason."""
+    for row in rows:
+        for name in ratios:
+            low, high = row.get(f"{name}_min"), row.get(f"{name}_max")
+            if low and high and high / low > SPREAD_LIMIT:
+                return (
+                    f"{label(row)}: {name} spread {low}-{high} over the repetitions "
+                    f"(x{high / low:.2f} > x{SPREAD_LIMIT})"
+                )
+    return ""
+
+
+def refuse_if_spread(summary: dict, ratios: tuple[str, ...], label) -> None:
+    """Mark `summary` (a bench's JSON line) no headline when the spread rule says so."""
+    reason = spread_verdict(summary["results"], ratios, label)
+    if reason and summary.get("headline"):
+        summary["headline"] = False
+        summary["headline_reason"] = reason
+        print(f"headline: NO after all ({reason})", flush=True)  # the load line said yes
+
+
 # --- bytecode ---------------------------------------------------------------------------------
 
 

@@ -45,7 +45,14 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from common import compile_bytecode, drop_database, generate_run, scratch_database, server_url
+from common import (
+    compile_bytecode,
+    drop_database,
+    generate_run,
+    refuse_if_spread,
+    scratch_database,
+    server_url,
+)
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,6 +146,8 @@ def summarise(
                 "rows_per_s": round(n / med(g["seconds"] for g in got)),
                 "copy_rows_per_s": round(n / med(g["copy_seconds"] for g in got)),
                 "ratio": round(med(g["ratio"] for g in got), 3),
+                "ratio_min": round(min(g["ratio"] for g in got), 3),
+                "ratio_max": round(max(g["ratio"] for g in got), 3),
                 "ratio_excl_startup": round(med(streamed), 3) if streamed else None,
                 "startup_s": round(startup, 2),
                 "mb_per_s": round(med(g["mb_per_s"] for g in got), 1),
@@ -367,6 +376,7 @@ def main() -> int:
         **watch.finish(),
         "command": " ".join(["python", "bench/export.py", *sys.argv[1:]]),
     }
+    refuse_if_spread(summary, ("ratio",), lambda r: f"{r['rows']:,} rows {r['format']}")
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -58,7 +58,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA
-from common import SandboxProcess, compile_bytecode
+from common import SandboxProcess, compile_bytecode, refuse_if_spread
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -608,6 +608,9 @@ def main() -> int:
     if not all(row["complete"] for row in summary["results"]):
         summary["headline"] = False
         summary["headline_reason"] = "a side did not commit every page"
+    refuse_if_spread(
+        summary, ("ratio_scrapy", "ratio_floor"), lambda r: f"{r['db']} x{r['workers']}"
+    )
     summary["command"] = " ".join(["python", "bench/scrape.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
     return 0
@@ -631,9 +634,17 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
         values = [p[side][key] for p in pairs if side in p]
         return round(statistics.median(values), 3) if values else None
 
+    def ratios(key: str, side: str) -> list[float]:
+        return [p["salvage"][key] / p[side][key] for p in pairs if p.get(side, {}).get(key)]
+
     def ratio(key: str, side: str) -> float | None:
-        values = [p["salvage"][key] / p[side][key] for p in pairs if p.get(side, {}).get(key)]
+        values = ratios(key, side)
         return round(statistics.median(values), 3) if values else None
+
+    def spread(name: str, side: str) -> None:  # lowest and highest repetition (spread rule)
+        values = ratios("pages_per_s", side)
+        if values:
+            row[f"{name}_min"], row[f"{name}_max"] = round(min(values), 3), round(max(values), 3)
 
     row: dict[str, Any] = {
         "db": db,
@@ -653,6 +664,7 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
             row[f"{side}_db_server_cpu_ms_per_page"] = med("db_server_cpu_ms_per_page", side)
             row[f"ratio_{side}"] = ratio("pages_per_s", side)
             row[f"cpu_ratio_{side}"] = ratio("cpu_ms_per_page", side)
+            spread(f"ratio_{side}", side)
     for side in ("scrapy", "scrapy_untuned"):
         if any(side in p for p in pairs):
             suffix = "" if side == "scrapy" else "_untuned"
@@ -660,6 +672,7 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
             row[f"scrapy{suffix}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
             row[f"ratio_scrapy{suffix}"] = ratio("pages_per_s", side)
             row[f"cpu_ratio_scrapy{suffix}"] = ratio("cpu_ms_per_page", side)
+            spread(f"ratio_scrapy{suffix}", side)
     return row
 
 

@@ -150,15 +150,25 @@ def test_claim_ratios_are_paired_per_repetition_against_the_bare_floor():
     assert row["engine_cpu_ms_per_task"] == 0.5 and row["bare_floor_db_cpu_ms_per_task"] == 0.1
 
 
-def test_a_claim_run_whose_repetitions_disagree_is_no_headline():
-    spread_verdict = bench_module("claim").spread_verdict
+def test_a_run_whose_repetitions_disagree_is_no_headline():
+    common = bench_module("common")
+
+    def label(row: dict) -> str:
+        return f"{row['db']} x{row['workers']}"
+
     steady = {"db": "postgresql", "workers": 1, "ratio_min": 0.5, "ratio_max": 0.74}
-    assert spread_verdict([steady]) == ""
+    assert common.spread_verdict([steady], ("ratio",), label) == ""
     # 2026-12-01 13:21 UTC: 0.288-0.852 at 1 worker, with 0% foreign CPU.
     unsteady = {"db": "postgresql", "workers": 2, "ratio_min": 0.288, "ratio_max": 0.852}
-    reason = spread_verdict([steady, unsteady])
+    reason = common.spread_verdict([steady, unsteady], ("ratio",), label)
     assert reason.startswith("postgresql x2:") and "0.288-0.852" in reason
     assert "x2.96 > x1.5" in reason
+    # Only the named ratios count, and a load line's "yes" is overruled.
+    summary = {"results": [steady, unsteady], "headline": True}
+    common.refuse_if_spread(summary, ("ratio_scrapy",), label)
+    assert summary["headline"] is True
+    common.refuse_if_spread(summary, ("ratio",), label)
+    assert summary["headline"] is False and summary["headline_reason"] == reason
 
 
 def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
@@ -179,6 +189,7 @@ def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
     ]
     row = summarise("postgres", 2, 16, pairs)
     assert row["ratio_scrapy"] == pytest.approx((2.0 + 0.5) / 2)
+    assert (row["ratio_scrapy_min"], row["ratio_scrapy_max"]) == (0.5, 2.0)  # the spread rule's
     assert row["ratio_floor"] == pytest.approx((0.5 + 0.3) / 2)
     assert row["cpu_ratio_scrapy"] == pytest.approx((0.5 + 0.25) / 2)
     assert row["cpu_ratio_floor"] == pytest.approx(2.0)
