@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import json
 
 from django.utils import timezone
 
 from recovery import counters, keys
+from recovery.leases import canonical_json
 from recovery.models import Dataset, Observation, Run, Task
 
 _seq = itertools.count(1)
@@ -81,7 +81,7 @@ def make_observation(
     run: Run, task: Task, payload: dict, *, state: str = Observation.Validation.VALID
 ) -> Observation:
     """One observation of `task` (keyed by its URL) in the task's partition, stored with the
-    verdict `state`; its payload_hash is the hash of the payload's sorted-key JSON."""
+    verdict `state`; its payload_hash is computed as the commit computes it."""
     return Observation.objects.create(
         run=run,
         observation_key=keys.observation_key(run.dataset.name, task.url, run.window),
@@ -89,7 +89,7 @@ def make_observation(
         window=run.window,
         partition=task.partition,
         payload=payload,
-        payload_hash=keys.payload_hash(json.dumps(payload, sort_keys=True)),
+        payload_hash=keys.payload_hash(canonical_json(payload)),
         source_task=task,
         validation_state=state,
     )

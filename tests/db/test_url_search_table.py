@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from dashboard.lists import TRIGRAM_INDEX, URL_SEARCH_TABLE
 from recovery import leases
 from recovery.models import Task
 from tests.factories import make_run, make_tasks
+from tests.migrations import migrate, migrate_to_latest
 
 pytestmark = pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="the side table and pg_trgm are PostgreSQL's"
@@ -79,16 +79,14 @@ def test_a_truncate_of_the_tasks_empties_it():
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_the_index_and_back():
     make_tasks(make_run(), 3)
-    executor = MigrationExecutor(connection)
-    executor.migrate([("recovery", "0020_drop_unused_like_indexes")])
+    migrate([("recovery", "0020_drop_unused_like_indexes")])
     try:
         assert tables_indexed_by_trigrams() == ["recovery_task"]
         with connection.cursor() as cursor:
             cursor.execute("SELECT to_regclass(%s)", [URL_SEARCH_TABLE])
             assert cursor.fetchone()[0] is None
     finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes("recovery"))
+        migrate_to_latest()
     assert tables_indexed_by_trigrams() == [URL_SEARCH_TABLE]
     assert mirrored() == dict(Task.objects.values_list("pk", "url"))  # backfilled
     assert len(mirrored()) == 3
