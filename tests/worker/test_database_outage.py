@@ -45,13 +45,22 @@ def database_outage():
     name = connection.settings_dict["NAME"]
     connection.ensure_connection()
     mine = connection.connection.info.backend_pid
+    others = "FROM pg_stat_activity WHERE datname = %s AND pid <> %s AND pid <> pg_backend_pid()"
     with psycopg.connect(admin_dsn(), autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
         try:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> %s AND pid <> pg_backend_pid()",
-                [name, mine],
+            # pg_terminate_backend only signals: a backend already inside its COMMIT finishes
+            # it first (interrupts are held there), and one that was starting up when
+            # connections were refused may not be listed yet. The outage begins when every
+            # other backend is gone, so signal again until none is left.
+            wait_until(
+                lambda: (
+                    not admin.execute(
+                        f"SELECT pg_terminate_backend(pid) {others}", [name, mine]
+                    ).fetchall()
+                ),
+                timeout=30,
+                what="every other backend of the test database to exit",
             )
             yield
         finally:
