@@ -641,10 +641,13 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
         values = ratios(key, side)
         return round(statistics.median(values), 3) if values else None
 
-    def spread(name: str, side: str) -> None:  # lowest and highest repetition (spread rule)
+    def paged(name: str, side: str) -> dict[str, float]:
+        """The pages/s ratio's median, lowest and highest repetition (the spread rule's)."""
         values = ratios("pages_per_s", side)
-        if values:
-            row[f"{name}_min"], row[f"{name}_max"] = round(min(values), 3), round(max(values), 3)
+        if not values:
+            return {name: None}
+        low, mid, high = min(values), statistics.median(values), max(values)
+        return {name: round(mid, 3), f"{name}_min": round(low, 3), f"{name}_max": round(high, 3)}
 
     row: dict[str, Any] = {
         "db": db,
@@ -662,17 +665,15 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
             row[f"{side}_pages_per_s"] = med("pages_per_s", side)
             row[f"{side}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
             row[f"{side}_db_server_cpu_ms_per_page"] = med("db_server_cpu_ms_per_page", side)
-            row[f"ratio_{side}"] = ratio("pages_per_s", side)
+            row.update(paged(f"ratio_{side}", side))
             row[f"cpu_ratio_{side}"] = ratio("cpu_ms_per_page", side)
-            spread(f"ratio_{side}", side)
     for side in ("scrapy", "scrapy_untuned"):
         if any(side in p for p in pairs):
             suffix = "" if side == "scrapy" else "_untuned"
             row[f"scrapy{suffix}_pages_per_s"] = med("pages_per_s", side)
             row[f"scrapy{suffix}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
-            row[f"ratio_scrapy{suffix}"] = ratio("pages_per_s", side)
+            row.update(paged(f"ratio_scrapy{suffix}", side))
             row[f"cpu_ratio_scrapy{suffix}"] = ratio("cpu_ms_per_page", side)
-            spread(f"ratio_scrapy{suffix}", side)
     return row
 
 
