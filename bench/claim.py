@@ -65,8 +65,11 @@ class PgFloor:
         self.bare = PgBare(url, worker)
         self.conn, self.worker = self.bare.conn, worker
 
-    def backend_pid(self) -> int | None:
-        return self.bare.backend_pid()
+    def backend_pids(self) -> list[int]:
+        return [self.bare.backend_pid()]
+
+    def settle(self) -> None:
+        pass
 
     def step(self, batch: int) -> int:
         claimed = self.bare.claim(batch)
@@ -80,8 +83,11 @@ class SqliteFloor:
         self.bare = SqliteBare(path, worker)
         self.conn, self.worker = self.bare.conn, worker
 
-    def backend_pid(self) -> int | None:
-        return None  # in-process: the client's CPU is all of it
+    def backend_pids(self) -> list[int]:
+        return []  # in-process: the client's CPU is all of it
+
+    def settle(self) -> None:
+        pass
 
     def step(self, batch: int) -> int:
         claimed = self.bare.claim(batch)
@@ -201,10 +207,8 @@ class SqliteSchemaFloor(SqliteFloor):
 
 
 class Engine:
-    def backend_pid(self) -> int | None:
-        from django.db import connection
-
-        return connection.connection.info.backend_pid if connection.vendor == "postgresql" else None
+    """run_forever's step: pipelined on PostgreSQL (batch N commits on a second connection
+    while N+1 is claimed and run, recovery.commit_lane), one batch at a time on SQLite."""
 
     def __init__(self, worker: str):
         import django
@@ -213,16 +217,40 @@ class Engine:
         from django.db import connection
 
         from recovery import worker as engine_worker
+        from recovery.commit_lane import CommitLane
 
         connection.ensure_connection()
         self.worker_mod = engine_worker
         self.worker = worker
+        self.lane = CommitLane() if engine_worker.pipelines() else None
+
+    def backend_pids(self) -> list[int]:
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            return []
+
+        def pid() -> int:
+            connection.ensure_connection()
+            return connection.connection.info.backend_pid
+
+        return [pid()] + ([self.lane.run(pid)] if self.lane is not None else [])
 
     def step(self, batch: int) -> int:
-        result = self.worker_mod.run_batch(self.worker, batch_size=batch, concurrency=batch)
+        if self.lane is None:
+            result = self.worker_mod.run_batch(self.worker, batch_size=batch, concurrency=batch)
+        else:
+            result = self.worker_mod.run_pipelined_batch(
+                self.worker, self.lane, batch_size=batch, concurrency=batch
+            )
         if not result:
             return -1
         return result.summary.committed
+
+    def settle(self) -> None:
+        """The slice is over: collect the outstanding commit (outside every measured span)."""
+        if self.lane is not None:
+            self.lane.wait()
 
 
 def child(kind, db, target, index, batch, control, results):
@@ -246,7 +274,7 @@ def child(kind, db, target, index, batch, control, results):
         impl = PgFloor(target, worker)
     else:
         impl = SqliteFloor(target, worker)
-    backend = impl.backend_pid()
+    backends = impl.backend_pids()
     # One unmeasured step before "ready": imports, the event loop, the provider and the
     # prepared statements are set up outside every slice, for every kind alike.
     impl.step(batch)
@@ -267,7 +295,7 @@ def child(kind, db, target, index, batch, control, results):
                 break
             if start <= now <= end:
                 # CPU is read at step boundaries: tasks of the steps between the two reads.
-                mark = (now, time.process_time(), backend_cpu(backend))
+                mark = (now, time.process_time(), backend_cpu(backends))
                 if first is None:
                     first = mark
                 else:
@@ -275,6 +303,7 @@ def child(kind, db, target, index, batch, control, results):
                     last = mark
             if now > end:
                 break
+        impl.settle()
         span = (0.0, 0.0, 0.0)
         if last is not None:
             span = tuple(b - a for a, b in zip(first, last, strict=True))
@@ -391,15 +420,16 @@ def prepare_engine_database(db_url: str, env: dict[str, str]) -> None:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def backend_cpu(pid: int | None) -> float:
-    """CPU seconds used so far by a PostgreSQL backend (same machine: read from /proc)."""
-    if not pid:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def backend_cpu(pids: list[int]) -> float:
+    """CPU seconds used so far by PostgreSQL backends (same machine: read from /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict], bool]:

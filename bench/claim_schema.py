@@ -108,7 +108,7 @@ def paired(url_a: str, url_b: str, tasks: int, batch: int) -> tuple[float, float
     try:
         a.step(batch)
         b.step(batch)
-        cpu_a, cpu_b = backend_cpu(a.backend_pid()), backend_cpu(b.backend_pid())
+        cpu_a, cpu_b = backend_cpu(a.backend_pids()), backend_cpu(b.backend_pids())
         done_a = done_b = 0
         while True:
             got_a, got_b = a.step(batch), b.step(batch)
@@ -118,8 +118,8 @@ def paired(url_a: str, url_b: str, tasks: int, batch: int) -> tuple[float, float
                 break
         _clean_gin(a.conn)
         _clean_gin(b.conn)
-        ms_a = (backend_cpu(a.backend_pid()) - cpu_a) * 1000 / max(done_a, 1)
-        ms_b = (backend_cpu(b.backend_pid()) - cpu_b) * 1000 / max(done_b, 1)
+        ms_a = (backend_cpu(a.backend_pids()) - cpu_a) * 1000 / max(done_a, 1)
+        ms_b = (backend_cpu(b.backend_pids()) - cpu_b) * 1000 / max(done_b, 1)
         return ms_a, ms_b
     finally:
         a.conn.close()

@@ -283,6 +283,9 @@ SALVAGE_CLAIM_BATCH = env_int("SALVAGE_CLAIM_BATCH", 50, minimum=1)
 # transaction mode before 1.21, or without max_prepared_statements.
 SALVAGE_PG_PREPARE = env_bool("SALVAGE_PG_PREPARE", True)
 SALVAGE_CONCURRENCY = env_int("SALVAGE_CONCURRENCY", 16, minimum=1)
+# `manage.py work` on PostgreSQL commits batch N on a second connection while it claims and
+# runs batch N+1 (recovery.commit_lane). Off: one batch at a time, as a django-q2 wake-up does.
+SALVAGE_PIPELINE_COMMITS = env_bool("SALVAGE_PIPELINE_COMMITS", True)
 SALVAGE_BACKOFF_BASE = env_float("SALVAGE_BACKOFF_BASE", 1.0, minimum=0.0)
 SALVAGE_BACKOFF_CAP = env_float("SALVAGE_BACKOFF_CAP", 300.0, minimum=0.0)
 SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)

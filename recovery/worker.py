@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection
 
 from recovery import acceptance_steps, faults, leases, remote, verdicts
+from recovery.commit_lane import CommitLane
 from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
 from recovery.liveness import new_worker_id
 from recovery.providers import get_provider, known
@@ -247,15 +248,18 @@ def execute(
 
 @dataclass(slots=True)
 class BatchResult:
-    """What one step did; truthy when it did work (it claimed something)."""
+    """What one step did; truthy when it did work (it claimed or committed something)."""
 
     claimed: int = 0
     summary: CommitSummary = field(default_factory=CommitSummary)
     seconds: float = 0.0
     handed_over: bool = False  # tasks went to remote jobs (recovery.remote) instead
+    # Pipelined (run_forever on PostgreSQL): tasks claimed and executed by this step whose
+    # commit is still running on the commit lane; the figures above are the previous batch's.
+    in_flight: int = 0
 
     def __bool__(self) -> bool:
-        return self.claimed > 0 or self.handed_over
+        return self.claimed > 0 or self.handed_over or self.in_flight > 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -263,6 +267,15 @@ class BatchResult:
             "seconds": round(self.seconds, 3),
             **self.summary.as_dict(),
         }
+
+
+@dataclass(slots=True)
+class Executed:
+    """A batch claimed and run, not yet committed."""
+
+    claimed: list[Claimed]
+    outcomes: list[Outcome]
+    started: float
 
 
 def _hand_over_remote(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
@@ -280,13 +293,15 @@ def _hand_over_remote(worker_id: str, claimed: list[Claimed]) -> list[Claimed]:
     return [c for c in claimed if c.provider not in remote_names]
 
 
-def run_batch(
+def _claim_and_execute(
     worker_id: str,
-    provider_factory: ProviderFactory | None = None,
-    batch_size: int | None = None,
-    concurrency: int | None = None,
-) -> BatchResult:
-    """One step: claim up to batch_size, execute, commit. Truthy when it did work."""
+    provider_factory: ProviderFactory | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    before_execute: Callable[[list[Claimed]], None] | None = None,
+) -> Executed | BatchResult:
+    """Claim and run a batch; a BatchResult instead when there is nothing to commit (nothing
+    claimed, or every task handed over to remote jobs)."""
     started = time.monotonic()
     claimed = leases.claim(worker_id, batch_size)
     if not claimed:
@@ -295,15 +310,68 @@ def run_batch(
     claimed = _hand_over_remote(worker_id, claimed)
     if not claimed:
         return BatchResult(0, CommitSummary(), time.monotonic() - started, handed_over=True)
+    if before_execute is not None:
+        before_execute(claimed)
     outcomes = execute(
         worker_id, claimed, concurrency=concurrency, provider_factory=provider_factory
     )
     faults.point("after_fetch", [c.url for c in claimed])  # (URLs: a poison page's fault)
-    summary = leases.commit_outcomes(worker_id, claimed, outcomes)
+    return Executed(claimed, outcomes, started)
+
+
+def _commit(worker_id: str, done: Executed) -> BatchResult:
+    summary = leases.commit_outcomes(worker_id, done.claimed, done.outcomes)
     # django-q2 acknowledges the wake-up only after the task function returns, so a kill here
     # is "after commit, before acknowledgement": redelivery must find nothing to redo.
     faults.point("after_commit")
-    return BatchResult(len(claimed), summary, time.monotonic() - started)
+    return BatchResult(len(done.claimed), summary, time.monotonic() - done.started)
+
+
+def run_batch(
+    worker_id: str,
+    provider_factory: ProviderFactory | None = None,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+) -> BatchResult:
+    """One step: claim up to batch_size, execute, commit. Truthy when it did work."""
+    done = _claim_and_execute(worker_id, provider_factory, batch_size, concurrency)
+    if isinstance(done, BatchResult):
+        return done
+    return _commit(worker_id, done)
+
+
+def run_pipelined_batch(
+    worker_id: str,
+    lane: CommitLane[BatchResult],
+    provider_factory: ProviderFactory | None = None,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+) -> BatchResult:
+    """One pipelined step: claim and execute a batch while the previous batch commits on
+    `lane`, then hand this batch to the lane. Returns what the previous commit did, with this
+    batch as `in_flight`; `lane.close()` collects the last commit.
+
+    A batch with a suspect page (crash_count > 0: it may have killed a worker) runs only
+    after the previous commit has finished, so that a poison page cannot take a finished
+    batch's commit down with its worker (recovery.leases.crashes).
+    """
+    previous: list[BatchResult | None] = []  # the previous commit, when collected early
+
+    def wait_if_suspect(claimed: list[Claimed]) -> None:
+        if lane.busy and any(c.crash_count for c in claimed):
+            previous.append(lane.wait())
+
+    done = _claim_and_execute(
+        worker_id, provider_factory, batch_size, concurrency, before_execute=wait_if_suspect
+    )
+    committed = previous[0] if previous else lane.wait()
+    result = committed or BatchResult()
+    if isinstance(done, BatchResult):  # nothing to commit: the previous batch's figures
+        result.handed_over = result.handed_over or done.handed_over
+        return result
+    lane.submit(lambda: _commit(worker_id, done))
+    result.in_flight = len(done.claimed)
+    return result
 
 
 def has_due_work(within_seconds: float = 0.0) -> bool:
@@ -367,17 +435,19 @@ def run_forever(
     # other workers' batches in flight (their commits end the run or bring new tasks), and a
     # second's back-off kept every one-shot worker alive up to a second after the last commit.
     poll_cap = 0.1 if until_idle else 1.0
+    lane: CommitLane[BatchResult] | None = CommitLane() if pipelines() else None
     try:
         while not stop.is_set():
             if not connection.in_atomic_block:  # (a test's transaction must stay open)
                 db.close_old_connections()  # drop a broken or too-old connection between steps
-            result = run_batch(worker_id, provider_factory, batch_size, concurrency)
+            if lane is None:
+                result = run_batch(worker_id, provider_factory, batch_size, concurrency)
+            else:
+                result = run_pipelined_batch(
+                    worker_id, lane, provider_factory, batch_size, concurrency
+                )
             did = bool(result)
-            if result:
-                stats.batches += 1
-                stats.tasks += result.claimed
-                stats.committed += result.summary.committed
-                stats.lost += len(result.summary.lost)
+            _count(stats, result)
             for step in (*STEPS, *extra_steps):
                 did = bool(step(worker_id)) or did
             if did:
@@ -391,8 +461,32 @@ def run_forever(
             stop.wait(sleep)
             sleep = min(sleep * 2, poll_cap)
     finally:
-        close_providers()
+        try:
+            if lane is not None:  # the last batch's commit: a stop lets it finish
+                _count(stats, lane.close())
+        finally:
+            close_providers()
     return stats
+
+
+def pipelines() -> bool:
+    """Does run_forever pipeline its batches (recovery.commit_lane)? On PostgreSQL, unless
+    SALVAGE_PIPELINE_COMMITS is off; never inside a transaction (a test's), whose rows a
+    second connection could not see; SQLite has one writer at a time, so no gain there."""
+    return bool(
+        settings.SALVAGE_PIPELINE_COMMITS
+        and connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+    )
+
+
+def _count(stats: LoopStats, result: BatchResult | None) -> None:
+    if result is None or not result.claimed:
+        return
+    stats.batches += 1
+    stats.tasks += result.claimed
+    stats.committed += result.summary.committed
+    stats.lost += len(result.summary.lost)
 
 
 def run_until_idle(
