@@ -2,7 +2,8 @@
 again (the sandbox's own request log says so) and no URL becomes two tasks.
 
 The victim reads one file per batch and is killed after its third fetch, before that commit:
-the index and one file are committed, one file is leased by a dead process, one is pending.
+the index and one file are committed, one file is leased by a dead process, one is pending
+(pipelined, the third fetch may find the previous commit still running: see the test).
 A second worker finishes discovery and is stopped once every sitemap file is final (the pages
 it found are not the point here, and 50,000 of them would be slow).
 """
@@ -14,6 +15,7 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
+from django.db import connection
 from django.db.models import Count
 
 from recovery import sitemaps
@@ -67,9 +69,14 @@ def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
     assert wait_exit(victim, 120, "the victim") == -signal.SIGKILL, log_text(victim)[-3000:]
     left = Counter(files.values_list("state", flat=True))
     # Killed mid-discovery: the index and a file committed, one file held by the dead worker.
-    assert left["committed"] >= 2 and left["leased"] == 1 and sum(left.values()) == 4, left
+    # Pipelined (PostgreSQL, recovery.commit_lane), the previous file's commit may still have
+    # been running when the kill came: then it died with it, and that file is held too.
+    pipelined = connection.vendor == "postgresql"
+    held = (1, 2) if pipelined else (1,)
+    assert left["committed"] >= 3 - len(held) and left["leased"] in held, left
+    assert sum(left.values()) == 4, left
     finished = {urlsplit(t.url).path for t in files.filter(state="committed")}
-    killed = urlsplit(files.get(state="leased").url).path
+    killed = {urlsplit(t.url).path for t in files.filter(state="leased")}
 
     rescuer = procs.manage("rescuer", "work", "--batch", "20", "--worker-id", "rescuer")
     wait_for(
@@ -91,8 +98,8 @@ def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
         if path in finished:
             # ... and what the victim committed was never fetched again.
             assert not attempts.filter(worker="rescuer").exists(), path
-    # The file it died holding was fetched again (so the log does count repeats).
-    assert log[killed] >= 2
+    # The files it died holding were fetched again (so the log does count repeats).
+    assert all(log[path] >= 2 for path in killed), {path: log[path] for path in killed}
     # Each file committed exactly once, by whoever held its lease.
     committed = Counter(
         Attempt.objects.filter(task__in=files, outcome="committed").values_list(
