@@ -5,8 +5,11 @@ For each database and worker count, each kind runs in the same number of process
   directly, batch 50, on bare two-index tables the bench creates (bench/bare_floor.py);
 - the *schema floor* (second figure): the same statements on the product's own tables, with
   their indexes and deferred foreign keys (engine / schema floor = the engine's own cost);
-- the *engine*: recovery.worker.run_batch with the noop provider (claim, provider call on the
-  event loop, fenced commit with Attempt, observation upsert, counters, worker heartbeat).
+- the *engine*: `manage.py work`'s step with the noop provider (claim, provider call on the
+  event loop, fenced commit with Attempt, observation upsert, counters, worker heartbeat);
+  on PostgreSQL pipelined (recovery.worker.run_pipelined_batch: batch N commits on a second
+  connection while N+1 is claimed and run; both backends' CPU counted), `--serial-engine`
+  adds it one batch at a time (recovery.worker.run_batch) as a fourth kind.
 The tasks are loaded once per worker count and every kind's processes started once; then, in
 rounds, each kind alone runs a slice (`--warmup` unmeasured, then `--seconds` counted), in ABC
 order and CBA in the next round. `ratio` = engine / bare floor, paired per round, median
@@ -46,6 +49,9 @@ from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 50
+KINDS = ("floor", "schema_floor", "engine")
+# --serial-engine adds the engine one batch at a time (the lever's before, in the same rounds).
+ALL_KINDS = (*KINDS, "engine_serial")
 SQLITE_LATER = f"strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds')"
 
 # --- the floor: seed 002's statements on bare tables (bench/bare_floor.py) ------------------
@@ -210,7 +216,7 @@ class Engine:
     """run_forever's step: pipelined on PostgreSQL (batch N commits on a second connection
     while N+1 is claimed and run, recovery.commit_lane), one batch at a time on SQLite."""
 
-    def __init__(self, worker: str):
+    def __init__(self, worker: str, pipelined: bool = True):
         import django
 
         django.setup()
@@ -222,7 +228,7 @@ class Engine:
         connection.ensure_connection()
         self.worker_mod = engine_worker
         self.worker = worker
-        self.lane = CommitLane() if engine_worker.pipelines() else None
+        self.lane = CommitLane() if pipelined and engine_worker.pipelines() else None
 
     def backend_pids(self) -> list[int]:
         from django.db import connection
@@ -262,8 +268,8 @@ def child(kind, db, target, index, batch, control, results):
     its database backend.
     """
     worker = f"bench-{kind}-{index}"
-    if kind == "engine":
-        impl = Engine(worker)
+    if kind in ("engine", "engine_serial"):
+        impl = Engine(worker, pipelined=kind == "engine")
     elif kind == "schema_floor":
         impl = (
             PgSchemaFloor(target, worker)
@@ -279,7 +285,7 @@ def child(kind, db, target, index, batch, control, results):
     # prepared statements are set up outside every slice, for every kind alike.
     impl.step(batch)
     results.put(("ready", index))
-    mine, done = KINDS.index(kind), 0
+    mine, done = ALL_KINDS.index(kind), 0
     active, slice_no, start_at, end_at = control
     while active.value != -2:
         if active.value != mine or slice_no.value == done:
@@ -432,7 +438,9 @@ def backend_cpu(pids: list[int]) -> float:
     return total
 
 
-def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict], bool]:
+def measure(
+    db, target, workers, rounds, settle, window, log, kinds=KINDS
+) -> tuple[list[dict], bool]:
     """Every kind's workers started once and kept; then `rounds` rounds of one slice per kind
     (ABC, then CBA), each slice `window` seconds after `settle`, only that kind running.
 
@@ -448,7 +456,7 @@ def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict
     active, slice_no, start_at, end_at = control
     procs = [
         ctx.Process(target=child, args=(kind, db, target, i, BATCH, control, results))
-        for kind in KINDS
+        for kind in kinds
         for i in range(workers)
     ]
     for p in procs:
@@ -460,11 +468,11 @@ def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict
             results.get(timeout=120)
         for r in range(rounds):
             sample = {}
-            for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
+            for kind in kinds if r % 2 == 0 else tuple(reversed(kinds)):
                 start_at.value = time.monotonic() + settle
                 end_at.value = start_at.value + window
                 slice_no.value += 1
-                active.value = KINDS.index(kind)
+                active.value = ALL_KINDS.index(kind)
                 got = [results.get(timeout=settle + window + 300) for _ in range(workers)]
                 active.value = -1
                 rate = sum(n / span[0] for *_x, n, _d, span in got if span[0] > 0)
@@ -492,9 +500,6 @@ def measure(db, target, workers, rounds, settle, window, log) -> tuple[list[dict
             if p.is_alive():
                 p.kill()
     return samples, dry
-
-
-KINDS = ("floor", "schema_floor", "engine")
 
 
 def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
@@ -538,16 +543,37 @@ def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
         "db_cpu_ratio": round(med(paired("engine", "floor", 2)), 3),
         "reps": len(samples),
         "ran_dry": dry,
+        **(serial_figures(samples) if "engine_serial" in samples[0] else {}),
     }
 
 
-def run_suite(db, target, load, configs, rounds, settle, window, n_tasks, log) -> list[dict]:
+def serial_figures(samples: list[dict]) -> dict:
+    """--serial-engine: the engine one batch at a time (run_batch, as before the pipelined
+    batches), paired with the pipelined engine and the floor in the same rounds."""
+    med = statistics.median
+    gain = [s["engine"][0] / s["engine_serial"][0] for s in samples if s["engine_serial"][0]]
+    floor = [s["engine_serial"][0] / s["floor"][0] for s in samples if s["floor"][0]]
+    cpu = [s["engine"][1] / s["engine_serial"][1] for s in samples if s["engine_serial"][1]]
+    return {
+        "engine_serial_per_s": round(med(s["engine_serial"][0] for s in samples), 1),
+        "engine_serial_cpu_ms_per_task": round(med(s["engine_serial"][1] for s in samples), 3),
+        "ratio_serial": round(med(floor), 3),
+        "pipelined_gain": round(med(gain), 3),
+        "pipelined_gain_min": round(min(gain), 3),
+        "pipelined_gain_max": round(max(gain), 3),
+        "pipelined_cpu_ratio": round(med(cpu), 3),
+    }
+
+
+def run_suite(
+    db, target, load, configs, rounds, settle, window, n_tasks, log, kinds=KINDS
+) -> list[dict]:
     results = []
     for workers in configs:
-        # One load per worker count: the floor's tasks, and twice as many of the product's
-        # (the schema floor and the engine both take from them).
-        load(target, n_tasks, 2 * n_tasks)
-        samples, dry = measure(db, target, workers, rounds, settle, window, log)
+        # One load per worker count: the floor's tasks, and as many of the product's for each
+        # other kind (the schema floor and the engine, or engines, all take from them).
+        load(target, n_tasks, (len(kinds) - 1) * n_tasks)
+        samples, dry = measure(db, target, workers, rounds, settle, window, log, kinds)
         results.append(summarise(db, workers, samples, dry))
     return results
 
@@ -571,6 +597,11 @@ def main() -> None:
     parser.add_argument("--sqlite-workers", default="1,2")
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument(
+        "--serial-engine",
+        action="store_true",
+        help="also run the engine one batch at a time (PostgreSQL: the pipelining lever's before)",
+    )
     args = parser.parse_args()
     compile_bytecode(ROOT)
 
@@ -624,6 +655,7 @@ def main() -> None:
                         args.seconds,
                         args.tasks,
                         log,
+                        (*KINDS, "engine_serial") if args.serial_engine else KINDS,
                     )
                 finally:
                     with contextlib.suppress(Exception):
@@ -660,6 +692,13 @@ def main() -> None:
             f"{r['engine_db_cpu_ms_per_task']}, bare {r['bare_floor_db_cpu_ms_per_task']} "
             f"(x{r['db_cpu_ratio']})" + (" (ran dry!)" if r["ran_dry"] else "")
         )
+        if "pipelined_gain" in r:
+            log(
+                f"{r['db']:>10} workers={r['workers']}: engine one batch at a time "
+                f"{r['engine_serial_per_s']:,.0f}/s, ratio {r['ratio_serial']}; pipelined / "
+                f"one at a time x{r['pipelined_gain']} [{r['pipelined_gain_min']}-"
+                f"{r['pipelined_gain_max']}], CPU per task x{r['pipelined_cpu_ratio']}"
+            )
     summary = {"bench": "claim", "results": results, "notes": notes, **watch.finish()}
     if any(r["ran_dry"] for r in results):  # a worker idled inside the window: rates too low
         summary["headline"] = False

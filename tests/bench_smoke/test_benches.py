@@ -150,6 +150,33 @@ def test_claim_ratios_are_paired_per_repetition_against_the_bare_floor():
     assert row["engine_cpu_ms_per_task"] == 0.5 and row["bare_floor_db_cpu_ms_per_task"] == 0.1
 
 
+def test_the_pipelining_gain_is_paired_with_the_serial_engine_of_the_same_round():
+    summarise = bench_module("claim").summarise
+    samples = [
+        {
+            "floor": (1000, 0.2, 0.1),
+            "schema_floor": (500, 0.3, 0.2),
+            "engine": (800, 0.4, 0.3),
+            "engine_serial": (400, 0.5, 0.3),
+        },
+        {
+            "floor": (500, 0.2, 0.1),
+            "schema_floor": (400, 0.3, 0.2),
+            "engine": (450, 0.4, 0.2),
+            "engine_serial": (300, 0.4, 0.2),
+        },
+    ]
+    row = summarise("postgresql", 1, samples, dry=False)
+    # median(800/400, 450/300) = 1.75; the serial engine against the floor: median(0.4, 0.6).
+    assert row["pipelined_gain"] == 1.75
+    assert (row["pipelined_gain_min"], row["pipelined_gain_max"]) == (1.5, 2.0)
+    assert row["ratio_serial"] == 0.5 and row["engine_serial_per_s"] == 350
+    assert row["pipelined_cpu_ratio"] == pytest.approx((0.8 + 1.0) / 2)
+    # Without the fourth kind, no such figures.
+    plain = [{k: v for k, v in s.items() if k != "engine_serial"} for s in samples]
+    assert "pipelined_gain" not in summarise("postgresql", 1, plain, dry=False)
+
+
 def test_a_run_whose_repetitions_disagree_is_no_headline():
     common = bench_module("common")
 
@@ -271,7 +298,8 @@ def test_claim_bench():
     args = ["--reps", "2", "--seconds", "3", "--warmup", "0.3", "--tasks", "20000"]
     args += ["--pg-workers", "1", "--sqlite-workers", "1"]
     if on_postgres():
-        args += ["--skip-sqlite", "--pg-url", server_url()]
+        # and the engine one batch at a time as well (the pipelining lever's before)
+        args += ["--skip-sqlite", "--pg-url", server_url(), "--serial-engine"]
     else:
         args += ["--skip-pg"]
     summary = run_bench("claim.py", *args)
@@ -285,6 +313,7 @@ def test_claim_bench():
     assert {"ratio_schema", "cpu_ratio", "db_cpu_ratio"} <= row.keys()
     if on_postgres():
         assert row["engine_db_cpu_ms_per_task"] > 0  # PostgreSQL's backends are counted
+        assert row["engine_serial_per_s"] > 0 and row["pipelined_gain"] > 0
 
 
 @pytest.mark.slow
