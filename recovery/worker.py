@@ -319,8 +319,8 @@ def _claim_and_execute(
     return Executed(claimed, outcomes, started)
 
 
-def _commit(worker_id: str, done: Executed) -> BatchResult:
-    summary = leases.commit_outcomes(worker_id, done.claimed, done.outcomes)
+def _commit(done: Executed, run_commit: Callable[[], CommitSummary]) -> BatchResult:
+    summary = run_commit()  # leases.prepare_commit's transaction
     # django-q2 acknowledges the wake-up only after the task function returns, so a kill here
     # is "after commit, before acknowledgement": redelivery must find nothing to redo.
     faults.point("after_commit")
@@ -337,7 +337,7 @@ def run_batch(
     done = _claim_and_execute(worker_id, provider_factory, batch_size, concurrency)
     if isinstance(done, BatchResult):
         return done
-    return _commit(worker_id, done)
+    return _commit(done, leases.prepare_commit(worker_id, done.claimed, done.outcomes))
 
 
 def run_pipelined_batch(
@@ -369,7 +369,10 @@ def run_pipelined_batch(
     if isinstance(done, BatchResult):  # nothing to commit: the previous batch's figures
         result.handed_over = result.handed_over or done.handed_over
         return result
-    lane.submit(lambda: _commit(worker_id, done))
+    # The commit's Python half here, while the event loop is idle; only the transaction on
+    # the lane, where it overlaps the next batch.
+    run_commit = leases.prepare_commit(worker_id, done.claimed, done.outcomes)
+    lane.submit(lambda: _commit(done, run_commit))
     result.in_flight = len(done.claimed)
     return result
 

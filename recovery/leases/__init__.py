@@ -21,7 +21,7 @@ same transaction as the moves they count.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -53,6 +53,7 @@ __all__ = [
     "heartbeat",
     "internal_error",
     "plan_outcome",
+    "prepare_commit",
     "touch_worker",
 ]
 
@@ -136,10 +137,24 @@ def commit_outcomes(
     deltas, only for the tasks whose fence matched. A task whose lease moved on gets an
     Attempt with outcome lost_lease and nothing else. Returns a CommitSummary.
     """
+    return prepare_commit(worker_id, claimed, outcomes, rng=rng, holder=holder)()
+
+
+def prepare_commit(
+    worker_id: str,
+    claimed: Sequence[Claimed],
+    outcomes: Sequence[Outcome],
+    *,
+    rng: random.Random | None = None,
+    holder: Holder = WORKER,
+) -> Callable[[], CommitSummary]:
+    """commit_outcomes in two halves: the plans, verdicts and (on PostgreSQL) the statement's
+    parameters now, on the caller's thread; the returned function runs the transaction (on a
+    pipelined worker's commit thread, recovery.commit_lane)."""
     if len(claimed) != len(outcomes):
         raise ValueError(f"{len(claimed)} claimed tasks but {len(outcomes)} outcomes")
     if not claimed:
-        return CommitSummary()
+        return CommitSummary
     finished = datetime.now(UTC)
     plans = [
         plan_outcome(c, o, now=finished, rng=rng) for c, o in zip(claimed, outcomes, strict=True)
@@ -153,5 +168,5 @@ def commit_outcomes(
     if holder.source == TaskState.COMMITTED and any(p.state != TaskState.COMMITTED for p in plans):
         raise ValueError("a re-synchronisation commits only successful outcomes")
     if is_pg():
-        return postgres.commit(worker_id, plans, finished, holder)
-    return sqlite.retry_locked(sqlite.commit, worker_id, plans, finished, holder)
+        return postgres.build_commit(worker_id, plans, finished, holder)
+    return lambda: sqlite.retry_locked(sqlite.commit, worker_id, plans, finished, holder)

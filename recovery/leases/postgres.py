@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -371,7 +371,14 @@ HELD_SQL = {
 }
 
 
-def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder) -> CommitSummary:
+def build_commit(
+    worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
+) -> Callable[[], CommitSummary]:
+    """The commit's statement and parameters, built now; the returned function runs it.
+
+    Apart so that a pipelined worker (recovery.commit_lane) does this Python work on its own
+    thread and only the transaction on the commit thread: there it would compete for the GIL
+    with the event loop running the next batch."""
     v_rows, a_rows, o_rows, c_rows = [], [], [], []
     obs_by_seq: dict[int, ObservationRow] = {}
     for p in plans:
@@ -425,6 +432,16 @@ def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
         "pid": os.getpid(),
         "claimed": len(plans),
     }
+    return lambda: _run_commit(sql, params, plans, obs_by_seq, finished)
+
+
+def _run_commit(
+    sql: str,
+    params: dict[str, Any],
+    plans: list[Plan],
+    obs_by_seq: dict[int, ObservationRow],
+    finished: datetime,
+) -> CommitSummary:
     summary = CommitSummary()
     with transaction.atomic(), _pg_cursor() as cursor:
         cursor.execute(sql, params, prepare=True)

@@ -171,22 +171,14 @@ def test_a_stop_lets_the_batch_in_hand_commit(settings, pipelined):
 def test_a_failed_commit_is_raised_by_the_loop(postgres_only):
     probe_run(4)
 
-    def on_batch(number, batch):
-        return None
-
-    class Unserialisable(Probe):
+    class Refused(Probe):
         async def execute_many(self, tasks):
-            # a payload the commit cannot store: it fails inside the lane's commit
-            return [
-                Outcome(http_status=200, observations=[Observed(t.url, {"x": {1, 2}})])
-                for t in tasks
-            ]
+            # jsonb refuses \u0000: the transaction on the commit lane fails, not its building
+            return [Outcome(200, observations=[Observed(t.url, {"x": "\x00"})]) for t in tasks]
 
-    with pytest.raises(TypeError):
+    with pytest.raises(psycopg.DataError, match="unsupported Unicode escape sequence"):
         worker.run_until_idle(
-            "w-lane",
-            batch_size=2,
-            provider_factory=factory_for({"probe": Unserialisable(on_batch)}),
+            "w-lane", batch_size=2, provider_factory=factory_for({"probe": Refused(None)})
         )
 
     assert not Task.objects.filter(state="committed").exists()
