@@ -75,34 +75,58 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+class RowHold:
+    """A row lock held on a side connection (so that a commit touching the row waits), given
+    up by `release()` or, at the latest, `after` seconds from `hold()`; and a second side
+    connection to look at the tasks with meanwhile."""
+
+    def __init__(self, after: float):
+        self.blocker, self.observer = side_connection(), side_connection()
+        self.timer = threading.Timer(after, self.blocker.commit)
+
+    def hold(self, task_pk: int) -> None:
+        self.blocker.execute("SELECT 1 FROM recovery_task WHERE id = %s FOR UPDATE", [task_pk])
+        self.timer.start()
+
+    def release(self) -> None:
+        self.timer.cancel()
+        self.blocker.commit()
+
+    def __enter__(self) -> RowHold:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        if self.timer.is_alive():
+            self.timer.join()
+        self.blocker.close()
+        self.observer.close()
+
+
+def run_probe(on_batch) -> worker.LoopStats:
+    return worker.run_until_idle(
+        "w-lane", batch_size=2, provider_factory=factory_for({"probe": Probe(on_batch)})
+    )
+
+
 def test_the_next_batch_runs_while_the_previous_one_commits(postgres_only):
     tasks = probe_run(4)
     first, second = [t.pk for t in tasks[:2]], [t.pk for t in tasks[2:]]
-    blocker, observer = side_connection(), side_connection()
     seen: dict[str, object] = {}
-    # If the loop were serial, batch 1's commit would wait on the blocker for ever: release it
-    # after a while so the test fails instead of hanging.
-    release = threading.Timer(10, blocker.commit)
+    # If the loop were serial, batch 1's commit would wait on the lock for ever: it is given
+    # up after 10 s so that the test fails instead of hanging.
+    with RowHold(after=10) as lock:
 
-    def on_batch(number, batch):
-        if number == 1:  # hold a row of batch 1 so that its commit has to wait
-            blocker.execute("SELECT 1 FROM recovery_task WHERE id = %s FOR UPDATE", [first[0]])
-            release.start()
-        elif number == 2:
-            seen["batch"] = sorted(t.task_id for t in batch)
-            wait_for(lambda: waiting_commits(observer) == 1, 5, "batch 1's commit to wait")
-            seen["first_states"] = states(observer, first)
-            release.cancel()
-            blocker.commit()
+        def on_batch(number, batch):
+            if number == 1:  # hold a row of batch 1 so that its commit has to wait
+                lock.hold(first[0])
+            elif number == 2:
+                seen["batch"] = sorted(t.task_id for t in batch)
+                wait_for(lambda: waiting_commits(lock.observer) == 1, 5, "batch 1's commit")
+                seen["first_states"] = states(lock.observer, first)
+                lock.release()
 
-    try:
-        stats = worker.run_until_idle(
-            "w-lane", batch_size=2, provider_factory=factory_for({"probe": Probe(on_batch)})
-        )
-    finally:
-        release.cancel()
-        blocker.close()
-        observer.close()
+        stats = run_probe(on_batch)
 
     assert seen["batch"] == second
     assert seen["first_states"] == ["leased", "leased"]  # batch 1 not committed yet
@@ -116,27 +140,17 @@ def test_a_suspect_page_runs_only_after_the_previous_commit(postgres_only):
     first = [t.pk for t in tasks[:2]]
     Task.objects.filter(pk__in=first).update(priority=1)  # claimed first, together
     Task.objects.filter(pk=tasks[2].pk).update(crash_count=1)  # then the suspect, alone
-    blocker, observer = side_connection(), side_connection()
     seen: dict[str, object] = {}
-    release = threading.Timer(1.0, blocker.commit)  # batch 1's commit waits a second
+    with RowHold(after=1.0) as lock:  # batch 1's commit waits a second
 
-    def on_batch(number, batch):
-        if number == 1:
-            blocker.execute("SELECT 1 FROM recovery_task WHERE id = %s FOR UPDATE", [first[0]])
-            release.start()
-        else:
-            seen["batch"] = [t.task_id for t in batch]
-            seen["first_states"] = states(observer, first)
+        def on_batch(number, batch):
+            if number == 1:
+                lock.hold(first[0])
+            else:
+                seen["batch"] = [t.task_id for t in batch]
+                seen["first_states"] = states(lock.observer, first)
 
-    try:
-        stats = worker.run_until_idle(
-            "w-lane", batch_size=2, provider_factory=factory_for({"probe": Probe(on_batch)})
-        )
-    finally:
-        release.cancel()
-        release.join()
-        blocker.close()
-        observer.close()
+        stats = run_probe(on_batch)
 
     assert seen["batch"] == [tasks[2].pk]
     assert seen["first_states"] == ["committed", "committed"]
