@@ -43,3 +43,16 @@ def test_the_claim_and_the_commit_are_prepared(postgres_only):
 def test_nothing_is_prepared_when_turned_off(postgres_only):
     _claim_and_commit()
     assert _prepared() == []
+
+
+def test_the_hot_statements_are_parsed_once_per_process():
+    # recovery.leases.postgres keeps the claim's and the commit's placeholder parse through
+    # psycopg's private query class (pinned version). If an upgrade moves it, the fallback is
+    # the plain cursor, which re-parses the 6 KB commit text every batch: fail here instead.
+    import psycopg
+
+    from recovery.leases import postgres
+
+    assert postgres._Cursor is not psycopg.Cursor, "psycopg._queries moved: see _cursor_class"
+    assert issubclass(postgres._Cursor, psycopg.Cursor)
+    assert postgres._Cursor._query_cls.__name__ == "ParsedOnce"
