@@ -240,7 +240,10 @@ class Engine:
             connection.ensure_connection()
             return connection.connection.info.backend_pid
 
-        return [pid()] + ([self.lane.run(pid)] if self.lane is not None else [])
+        if self.lane is None:
+            return [pid()]
+        self.lane.submit(pid)  # the lane's own connection (nothing outstanding yet)
+        return [pid(), self.lane.wait()]
 
     def step(self, batch: int) -> int:
         if self.lane is None:
@@ -655,7 +658,7 @@ def main() -> None:
                         args.seconds,
                         args.tasks,
                         log,
-                        (*KINDS, "engine_serial") if args.serial_engine else KINDS,
+                        ALL_KINDS if args.serial_engine else KINDS,
                     )
                 finally:
                     with contextlib.suppress(Exception):

@@ -38,10 +38,6 @@ class CommitLane(Generic[T]):
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="salvage-commit")
         self._pending: concurrent.futures.Future[T] | None = None
 
-    @property
-    def busy(self) -> bool:
-        return self._pending is not None
-
     def submit(self, commit: Callable[[], T]) -> None:
         if self._pending is not None:
             raise RuntimeError("a commit is still outstanding: wait() for it first")
@@ -52,14 +48,16 @@ class CommitLane(Generic[T]):
 
         self._pending = self._pool.submit(run)
 
+    def settle(self) -> None:
+        """Block until the outstanding commit has finished (its exception, if any, raised
+        now); its result stays for `wait`."""
+        if self._pending is not None:
+            self._pending.result()
+
     def wait(self) -> T | None:
         """The outstanding commit's result (None when there is none); its exception, if any."""
         pending, self._pending = self._pending, None
         return None if pending is None else pending.result()
-
-    def run(self, fn: Callable[[], T]) -> T:
-        """Run fn on the lane's thread (its connection) and wait for it."""
-        return self._pool.submit(fn).result()
 
     def close(self) -> T | None:
         """Wait for the outstanding commit, close this thread's connections, stop the thread.

@@ -355,17 +355,15 @@ def run_pipelined_batch(
     after the previous commit has finished, so that a poison page cannot take a finished
     batch's commit down with its worker (recovery.leases.crashes).
     """
-    previous: list[BatchResult | None] = []  # the previous commit, when collected early
 
     def wait_if_suspect(claimed: list[Claimed]) -> None:
-        if lane.busy and any(c.crash_count for c in claimed):
-            previous.append(lane.wait())
+        if any(c.crash_count for c in claimed):
+            lane.settle()
 
     done = _claim_and_execute(
         worker_id, provider_factory, batch_size, concurrency, before_execute=wait_if_suspect
     )
-    committed = previous[0] if previous else lane.wait()
-    result = committed or BatchResult()
+    result = lane.wait() or BatchResult()
     if isinstance(done, BatchResult):  # nothing to commit: the previous batch's figures
         result.handed_over = result.handed_over or done.handed_over
         return result

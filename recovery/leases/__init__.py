@@ -154,7 +154,7 @@ def prepare_commit(
     if len(claimed) != len(outcomes):
         raise ValueError(f"{len(claimed)} claimed tasks but {len(outcomes)} outcomes")
     if not claimed:
-        return CommitSummary
+        return CommitSummary  # nothing to write: running it gives an empty summary
     finished = datetime.now(UTC)
     plans = [
         plan_outcome(c, o, now=finished, rng=rng) for c, o in zip(claimed, outcomes, strict=True)

@@ -5,7 +5,6 @@ for that commit; the loop's end collects the last commit; a failed commit is rai
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
@@ -16,6 +15,7 @@ from recovery.models import Attempt, Task
 from recovery.providers.base import Observed, Outcome
 from tests.db.test_worker_steps import factory_for
 from tests.factories import make_dataset, make_run, make_tasks
+from tests.worker.engine_procs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,14 +67,6 @@ def waiting_commits(conn: psycopg.Connection) -> int:
     return n
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
 class RowHold:
     """A row lock held on a side connection (so that a commit touching the row waits), given
     up by `release()` or, at the latest, `after` seconds from `hold()`; and a second side
@@ -122,7 +114,12 @@ def test_the_next_batch_runs_while_the_previous_one_commits(postgres_only):
                 lock.hold(first[0])
             elif number == 2:
                 seen["batch"] = sorted(t.task_id for t in batch)
-                wait_for(lambda: waiting_commits(lock.observer) == 1, 5, "batch 1's commit")
+                wait_for(
+                    lambda: waiting_commits(lock.observer) == 1,
+                    timeout=5,
+                    what="batch 1's commit",
+                    interval=0.02,
+                )
                 seen["first_states"] = states(lock.observer, first)
                 lock.release()
 
