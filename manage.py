@@ -6,13 +6,8 @@ import sys
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recovery.settings")
-    from django.core.exceptions import ImproperlyConfigured
-    from django.core.management import execute_from_command_line
+    # One line, not a traceback, for a bad setting (exit 2) or an unreachable database
+    # (exit 1); help and --help need no secret key (recovery/ops/commandline.py).
+    from recovery.ops.commandline import main
 
-    try:
-        execute_from_command_line(sys.argv)
-    except ImproperlyConfigured as exc:
-        # A bad setting (an unusable data directory, a malformed DATABASE_URL...) is the
-        # user's to fix: one line naming it, not a traceback through Django's internals.
-        print(f"manage.py: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main(sys.argv))

@@ -10,7 +10,7 @@
    - the floor: `bench/browser.py --floor`, a plain Playwright script with no durability: one
      Chromium with the same flags, `--concurrency` lanes, a fresh context per page, images,
      fonts and media blocked the same way, the same wait (`div.product .price`), and the
-     same extraction code (recovery.extraction) on `page.content()`; nothing is stored;
+     same extraction code (recovery.fetch.extraction) on `page.content()`; nothing is stored;
    - Salvage: `loaddataset` + `createrun` of the same URLs (not timed), then one
      `manage.py work --until-idle --concurrency C`: each page goes through the guarded
      proxy, the page-state checks, extraction and the durable commit (attempt, observation,
@@ -104,8 +104,8 @@ async def floor(base: str, pages: int, concurrency: int) -> int:
     from playwright.async_api import async_playwright
     from selectolax.lexbor import LexborHTMLParser
 
-    from recovery import extraction
-    from recovery.chromium import CHROMIUM_ARGS
+    from recovery.fetch import extraction
+    from recovery.fetch.chromium import CHROMIUM_ARGS
 
     executable = os.environ.get("SALVAGE_CHROMIUM", "/usr/bin/chromium")
     queue = list(range(pages, 0, -1))

@@ -9,11 +9,19 @@ For each database and worker count, each kind runs in the same number of process
   event loop, fenced commit with Attempt, observation upsert, counters, worker heartbeat);
   on PostgreSQL pipelined (recovery.worker.run_pipelined_batch: batch N commits on a second
   connection while N+1 is claimed and run; both backends' CPU counted), `--serial-engine`
-  adds it one batch at a time (recovery.worker.run_batch) as a fourth kind.
+  adds it one batch at a time (recovery.worker.run_batch) as a fourth kind;
+- `--pipelined-floor` (PostgreSQL) adds the bare floor pipelined like the engine: the next
+  batch claimed and worked while the previous one commits on a second connection and thread
+  (`ratio_pipelined_floor` = engine / it, paired per round; the serial floor stays the
+  headline's `ratio`).
 The tasks are loaded once per worker count and every kind's processes started once; then, in
-rounds, each kind alone runs a slice (`--warmup` unmeasured, then `--seconds` counted), in ABC
-order and CBA in the next round. `ratio` = engine / bare floor, paired per round, median
-reported; CPU per task includes PostgreSQL's backends.
+rounds, each kind alone runs a slice (`--warmup` unmeasured, then `--seconds` counted), the
+order rotated by one each round (ABC, BCA, CAB: no kind always in the middle). `ratio` =
+engine / bare floor, paired per round, median reported; CPU per task includes PostgreSQL's
+backends: ALL backends of the bench's database, listed from pg_stat_activity by datname and read
+from /proc every 50 ms (common.DatabaseCpu), so a backend opened by a reconnect (CONN_MAX_AGE)
+is counted and a vanished one up to its last reading. The spread rule applies to `ratio` and
+`cpu_ratio`; every round's figures are in the JSON line (`samples`).
 
     make bench-claim                       # PostgreSQL 1, 2 workers and SQLite 1, 2
     .venv/bin/python bench/claim.py --reps 20 --seconds 2
@@ -44,14 +52,17 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import LEASE, PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA, SQLITE_NOW, PgBare, SqliteBare
-from common import compile_bytecode, fenced_keys, refuse_if_spread
+from common import DatabaseCpu, compile_bytecode, fenced_keys, refuse_if_spread, rotated
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 50
 KINDS = ("floor", "schema_floor", "engine")
 # --serial-engine adds the engine one batch at a time (the lever's before, in the same rounds).
-ALL_KINDS = (*KINDS, "engine_serial")
+ALL_KINDS = (*KINDS, "engine_serial", "floor_pipelined")
+# --pipelined-floor adds the bare floor pipelined like the engine (PostgreSQL): batch N commits
+# on a second connection and thread while N+1 is claimed and worked on the first.
+FLOOR_KINDS = ("floor", "floor_pipelined")
 SQLITE_LATER = f"strftime('%Y-%m-%d %H:%M:%f', 'now', '+{LEASE} seconds')"
 
 # --- the floor: seed 002's statements on bare tables (bench/bare_floor.py) ------------------
@@ -82,6 +93,33 @@ class PgFloor:
         if not claimed:
             return -1
         return self.bare.commit([(key, token, *_work(key, url)) for key, token, url in claimed])
+
+
+class PgPipelinedFloor:
+    """The bare floor pipelined as the engine is: the claim and the work on one connection, the
+    commit of the previous batch on a second one in a thread (the same statements)."""
+
+    def __init__(self, url: str, worker: str):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.bare = PgBare(url, worker)
+        self.committer = PgBare(url, worker)
+        self.lane = ThreadPoolExecutor(max_workers=1)
+        self.pending = None
+
+    def settle(self) -> int:
+        done, self.pending = (self.pending.result() if self.pending else 0), None
+        return done
+
+    def step(self, batch: int) -> int:
+        claimed = self.bare.claim(batch)
+        if not claimed:
+            self.settle()
+            return -1
+        rows = [(key, token, *_work(key, url)) for key, token, url in claimed]
+        done = self.settle()  # the previous batch's commit, overlapped with this claim and work
+        self.pending = self.lane.submit(self.committer.commit, rows)
+        return done
 
 
 class SqliteFloor:
@@ -230,21 +268,6 @@ class Engine:
         self.worker = worker
         self.lane = CommitLane() if pipelined and engine_worker.pipelines() else None
 
-    def backend_pids(self) -> list[int]:
-        from django.db import connection
-
-        if connection.vendor != "postgresql":
-            return []
-
-        def pid() -> int:
-            connection.ensure_connection()
-            return connection.connection.info.backend_pid
-
-        if self.lane is None:
-            return [pid()]
-        self.lane.submit(pid)  # the lane's own connection (nothing outstanding yet)
-        return [pid(), self.lane.wait()]
-
     def step(self, batch: int) -> int:
         if self.lane is None:
             result = self.worker_mod.run_batch(self.worker, batch_size=batch, concurrency=batch)
@@ -268,7 +291,7 @@ def child(kind, db, target, index, batch, control, results):
     control: (active kind's index, slice number, start, end) in shared memory; -1 = nobody's
     turn, -2 = exit. Per slice it reports the tasks committed between its first and last step
     boundaries inside [start, end], that span, and the CPU used over it by this process and
-    its database backend.
+    its threads (the database's backends are read by the parent, DatabaseCpu: all of them).
     """
     worker = f"bench-{kind}-{index}"
     if kind in ("engine", "engine_serial"):
@@ -279,11 +302,12 @@ def child(kind, db, target, index, batch, control, results):
             if db == "postgresql"
             else SqliteSchemaFloor(target, worker)
         )
+    elif kind == "floor_pipelined":
+        impl = PgPipelinedFloor(target, worker)
     elif db == "postgresql":
         impl = PgFloor(target, worker)
     else:
         impl = SqliteFloor(target, worker)
-    backends = impl.backend_pids()
     # One unmeasured step before "ready": imports, the event loop, the provider and the
     # prepared statements are set up outside every slice, for every kind alike.
     impl.step(batch)
@@ -302,20 +326,22 @@ def child(kind, db, target, index, batch, control, results):
             if n < 0:
                 dry = now < end
                 break
-            if start <= now <= end:
+            if start <= now and (now <= end or last is None):
                 # CPU is read at step boundaries: tasks of the steps between the two reads.
-                mark = (now, time.process_time(), backend_cpu(backends))
+                # A slice on a loaded box may see a step longer than its window: it then runs
+                # on to its second boundary, so every slice measures at least one whole step.
+                mark = (now, time.process_time())
                 if first is None:
                     first = mark
                 else:
                     counted += n
                     last = mark
-            if now > end:
+            if now > end and last is not None:
                 break
         impl.settle()
-        span = (0.0, 0.0, 0.0)
+        span = (0.0, 0.0, 0.0, 0.0)  # wall seconds, client CPU seconds, first and last time
         if last is not None:
-            span = tuple(b - a for a, b in zip(first, last, strict=True))
+            span = (last[0] - first[0], last[1] - first[1], first[0], last[0])
         results.put(("slice", done, index, counted, dry, span))
 
 
@@ -443,12 +469,14 @@ def backend_cpu(pids: list[int]) -> float:
 
 def measure(
     db, target, workers, rounds, settle, window, log, kinds=KINDS
-) -> tuple[list[dict], bool]:
+) -> tuple[list[dict], bool, list[int]]:
     """Every kind's workers started once and kept; then `rounds` rounds of one slice per kind
     (ABC, then CBA), each slice `window` seconds after `settle`, only that kind running.
 
-    Returns samples[round][kind] = (tasks/s, CPU ms per task of the workers and their
-    database backends, of which the backends') and whether a worker ran out of tasks.
+    Returns samples[round][kind] = (tasks/s, CPU ms per task of the workers and of every
+    backend of the database, of which the backends'), whether a worker ran out of tasks, and
+    the pids of every backend counted. The order of the kinds rotates by one each round
+    (ABC, BCA, CAB), so no kind always sits in the middle.
     The box's speed drifts over seconds to minutes (the floor alone moved x1.3-1.7 between
     runs of 2026-12-01); slices of a few seconds, alternated, put that drift on every kind
     alike, where one window per kind per repetition put it on whichever kind it fell on.
@@ -465,13 +493,18 @@ def measure(
     for p in procs:
         p.start()
     samples: list[dict] = []
-    dry = False
+    dry, pids = False, []
+    # Every backend of the bench's database, every slice, whoever opened it (a reconnecting
+    # engine's new backend included); only one kind runs at a time, the others sit idle.
+    accounting = DatabaseCpu(target) if db == "postgresql" else None
     try:
         for _ in procs:
             results.get(timeout=120)
+        if accounting is not None:
+            accounting.start()
         for r in range(rounds):
             sample = {}
-            for kind in kinds if r % 2 == 0 else tuple(reversed(kinds)):
+            for kind in rotated(kinds, r):
                 start_at.value = time.monotonic() + settle
                 end_at.value = start_at.value + window
                 slice_no.value += 1
@@ -481,12 +514,15 @@ def measure(
                 rate = sum(n / span[0] for *_x, n, _d, span in got if span[0] > 0)
                 tasks = sum(n for *_x, n, _d, _s in got)
                 client = sum(span[1] for *_x, span in got)
-                server = sum(span[2] for *_x, span in got)
-                sample[kind] = (
-                    rate,
-                    (client + server) * 1000 / tasks if tasks else 0.0,
-                    server * 1000 / tasks if tasks else 0.0,
-                )
+                client_ms = client * 1000 / tasks if tasks else 0.0
+                server_ms = 0.0
+                spans = [span for *_x, span in got if span[0] > 0]
+                if accounting is not None and spans and rate:
+                    accounting.sample_now()
+                    lo, hi = min(s[2] for s in spans), max(s[3] for s in spans)
+                    # the database's CPU per second over the counted span / tasks per second
+                    server_ms = accounting.between(lo, hi) / (hi - lo) / rate * 1000
+                sample[kind] = (rate, client_ms + server_ms, server_ms)
                 dry = dry or any(d for *_x, d, _s in got)
                 log(
                     f"{db} workers={workers} round={r + 1} {kind}: {rate:,.0f} tasks/s, "
@@ -502,10 +538,15 @@ def measure(
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    return samples, dry
+        if accounting is not None:
+            accounting.stop()
+            pids = accounting.pids  # every backend counted (a reconnect shows as more pids)
+    return samples, dry, pids
 
 
-def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
+def summarise(
+    db: str, workers: int, samples: list[dict], dry: bool, pids: list[int] | None = None
+) -> dict:
     """One row of figures from paired repetitions: samples[i][kind] = (tasks/s, CPU ms/task,
     database backends' CPU ms/task) of repetition i. Every ratio is taken within a
     repetition, then the median over repetitions is reported."""
@@ -521,6 +562,7 @@ def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
         return [s[a][i] / s[b][i] if s[b][i] else 0.0 for s in samples]
 
     bare = paired("engine", "floor")
+    cpu_bare = paired("engine", "floor", 1)
     return {
         "db": db,
         "workers": workers,
@@ -539,14 +581,21 @@ def summarise(db: str, workers: int, samples: list[dict], dry: bool) -> dict:
         "engine_cpu_ms_per_task": cpu("engine", 1),
         "bare_floor_cpu_ms_per_task": cpu("floor", 1),
         "schema_floor_cpu_ms_per_task": cpu("schema_floor", 1),
-        "cpu_ratio": round(med(paired("engine", "floor", 1)), 3),
+        "cpu_ratio": round(med(cpu_bare), 3),
+        "cpu_ratio_min": round(min(cpu_bare), 3),
+        "cpu_ratio_max": round(max(cpu_bare), 3),
         # PostgreSQL's backends alone (0 on SQLite, which runs in the worker process).
         "engine_db_cpu_ms_per_task": cpu("engine", 2),
         "bare_floor_db_cpu_ms_per_task": cpu("floor", 2),
         "db_cpu_ratio": round(med(paired("engine", "floor", 2)), 3),
         "reps": len(samples),
         "ran_dry": dry,
+        # every repetition's figures, per kind: [tasks/s, CPU ms/task, of it the backends']
+        "samples": [{k: [round(x, 4) for x in v] for k, v in s.items()} for s in samples],
+        # every backend of the database whose CPU was counted (all of them, by datname)
+        "backend_pids_counted": list(pids or []),
         **(serial_figures(samples) if "engine_serial" in samples[0] else {}),
+        **(pipelined_floor_figures(samples) if "floor_pipelined" in samples[0] else {}),
     }
 
 
@@ -568,6 +617,25 @@ def serial_figures(samples: list[dict]) -> dict:
     }
 
 
+def pipelined_floor_figures(samples: list[dict]) -> dict:
+    """--pipelined-floor: the engine against the bare floor pipelined like it, same rounds."""
+    med = statistics.median
+    ratio = [s["engine"][0] / s["floor_pipelined"][0] for s in samples if s["floor_pipelined"][0]]
+    cpu = [s["engine"][1] / s["floor_pipelined"][1] for s in samples if s["floor_pipelined"][1]]
+    gain = [s["floor_pipelined"][0] / s["floor"][0] for s in samples if s["floor"][0]]
+    return {
+        "pipelined_floor_per_s": round(med(s["floor_pipelined"][0] for s in samples), 1),
+        "pipelined_floor_cpu_ms_per_task": round(med(s["floor_pipelined"][1] for s in samples), 3),
+        "ratio_pipelined_floor": round(med(ratio), 3),
+        "ratio_pipelined_floor_min": round(min(ratio), 3),
+        "ratio_pipelined_floor_max": round(max(ratio), 3),
+        "cpu_ratio_pipelined_floor": round(med(cpu), 3),
+        "cpu_ratio_pipelined_floor_min": round(min(cpu), 3),
+        "cpu_ratio_pipelined_floor_max": round(max(cpu), 3),
+        "floor_pipelined_gain": round(med(gain), 3),
+    }
+
+
 def run_suite(
     db, target, load, configs, rounds, settle, window, n_tasks, log, kinds=KINDS
 ) -> list[dict]:
@@ -575,16 +643,20 @@ def run_suite(
     for workers in configs:
         # One load per worker count: the floor's tasks, and as many of the product's for each
         # other kind (the schema floor and the engine, or engines, all take from them).
-        load(target, n_tasks, (len(kinds) - 1) * n_tasks)
-        samples, dry = measure(db, target, workers, rounds, settle, window, log, kinds)
-        results.append(summarise(db, workers, samples, dry))
+        floors = sum(kind in FLOOR_KINDS for kind in kinds)
+        load(target, floors * n_tasks, (len(kinds) - floors) * n_tasks)
+        samples, dry, pids = measure(db, target, workers, rounds, settle, window, log, kinds)
+        results.append(summarise(db, workers, samples, dry, pids))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--reps", type=int, default=10, help="rounds of one slice per kind (even: ABC, CBA)"
+        "--reps",
+        type=int,
+        default=10,
+        help="rounds of one slice per kind (order rotated each round: ABC, BCA, CAB)",
     )
     parser.add_argument("--seconds", type=float, default=2.0, help="measured part of a slice")
     parser.add_argument("--warmup", type=float, default=0.3, help="unmeasured start of a slice")
@@ -605,8 +677,16 @@ def main() -> None:
         action="store_true",
         help="also run the engine one batch at a time (PostgreSQL: the pipelining lever's before)",
     )
+    parser.add_argument(
+        "--pipelined-floor",
+        action="store_true",
+        help="also run the bare floor pipelined like the engine (PostgreSQL): claim the next "
+        "batch while the previous one commits on a second connection",
+    )
     args = parser.parse_args()
     compile_bytecode(ROOT)
+    pg_kinds = KINDS + ("engine_serial",) * args.serial_engine
+    pg_kinds += ("floor_pipelined",) * args.pipelined_floor
 
     def log(message: str) -> None:
         print(message, flush=True)
@@ -658,7 +738,7 @@ def main() -> None:
                         args.seconds,
                         args.tasks,
                         log,
-                        ALL_KINDS if args.serial_engine else KINDS,
+                        pg_kinds,
                     )
                 finally:
                     with contextlib.suppress(Exception):
@@ -695,6 +775,14 @@ def main() -> None:
             f"{r['engine_db_cpu_ms_per_task']}, bare {r['bare_floor_db_cpu_ms_per_task']} "
             f"(x{r['db_cpu_ratio']})" + (" (ran dry!)" if r["ran_dry"] else "")
         )
+        if "ratio_pipelined_floor" in r:
+            log(
+                f"{r['db']:>10} workers={r['workers']}: bare floor pipelined "
+                f"{r['pipelined_floor_per_s']:,.0f}/s, engine / it {r['ratio_pipelined_floor']} "
+                f"[{r['ratio_pipelined_floor_min']}-{r['ratio_pipelined_floor_max']}], CPU "
+                f"x{r['cpu_ratio_pipelined_floor']}; pipelined floor / serial floor "
+                f"x{r['floor_pipelined_gain']}"
+            )
         if "pipelined_gain" in r:
             log(
                 f"{r['db']:>10} workers={r['workers']}: engine one batch at a time "
@@ -706,7 +794,8 @@ def main() -> None:
     if any(r["ran_dry"] for r in results):  # a worker idled inside the window: rates too low
         summary["headline"] = False
         summary["headline_reason"] = "a worker ran out of tasks inside the window (--tasks)"
-    refuse_if_spread(summary, ("ratio",), lambda r: f"{r['db']} x{r['workers']}")
+    spread = ("ratio", "cpu_ratio", "ratio_pipelined_floor", "cpu_ratio_pipelined_floor")
+    refuse_if_spread(summary, spread, lambda r: f"{r['db']} x{r['workers']}")
     summary["command"] = " ".join(["python", "bench/claim.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
 

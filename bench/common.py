@@ -6,6 +6,8 @@ the project's bytecode compiled before anything is timed."""
 from __future__ import annotations
 
 import compileall
+import contextlib
+import itertools
 import os
 import re
 import signal
@@ -51,6 +53,144 @@ def refuse_if_spread(summary: dict, ratios: tuple[str, ...], label) -> None:
         summary["headline"] = False
         summary["headline_reason"] = reason
         print(f"headline: NO after all ({reason})", flush=True)  # the load line said yes
+
+
+# --- CPU of every backend of a database -------------------------------------------------------
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc (OSError once it has gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class DatabaseCpu:
+    """CPU of ALL the PostgreSQL backends of one database, read from /proc in a thread.
+
+    Every `interval` the backends of `datname` are listed from pg_stat_activity (on a
+    connection to the maintenance database, so this thread's own backend is never counted)
+    and each one's /proc/<pid>/stat read. A backend present at start counts from its reading
+    then; one that appears later counts from zero (a new backend starts with ~no CPU); one
+    that vanishes counts up to its last reading. So a client that reconnects (Django's
+    close_old_connections after CONN_MAX_AGE) is followed to its new backend, where a list of
+    pids taken once at start lost it silently. `timeline` holds (monotonic time, total CPU
+    seconds so far); `between(a, b)` interpolates it; `pids` is every backend counted."""
+
+    def __init__(self, database_url: str, interval: float = 0.05) -> None:
+        import threading
+
+        parts = urlsplit(database_url)
+        self.datname = parts.path.lstrip("/")
+        self.admin = urlunsplit(parts._replace(path="/postgres"))
+        self.interval = interval
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.timeline: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> DatabaseCpu:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"no pg_stat_activity reading of {self.datname} in 30 s")
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self.sample_now()  # one last reading of the backends still alive
+
+    def _loop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            self._conn = conn
+            first = True
+            while True:
+                self._read(conn, first)
+                first = False
+                self._ready.set()
+                if self._stop.wait(self.interval):
+                    break
+            self._conn = None
+
+    def sample_now(self) -> None:
+        """A reading outside the thread's rhythm (a slice's ends): /proc of the known pids."""
+        with self._lock:
+            for pid in list(self.last):
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    self.last[pid] = proc_cpu_seconds(pid)
+            self.timeline.append((time.monotonic(), self._total()))
+
+    def _read(self, conn, first: bool) -> None:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.datname,)
+        ).fetchall()
+        with self._lock:
+            for (pid,) in rows:
+                try:
+                    cpu = proc_cpu_seconds(pid)
+                except (OSError, IndexError, ValueError):
+                    continue  # gone between the listing and the read
+                if pid not in self.base:
+                    self.base[pid] = cpu if first else 0.0
+                self.last[pid] = cpu
+            # the pids seen before and no longer listed keep their last reading; a live one
+            # not listed this time (a listing's race) is read again
+            for pid in self.last.keys() - {pid for (pid,) in rows}:
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    self.last[pid] = proc_cpu_seconds(pid)
+            self.timeline.append((time.monotonic(), self._total()))
+
+    def _total(self) -> float:
+        return sum(self.last[pid] - self.base[pid] for pid in self.last)
+
+    def seconds(self) -> float:
+        """Total CPU seconds of every backend counted, since start."""
+        with self._lock:
+            return self._total()
+
+    @property
+    def pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self.last)
+
+    def per_pid(self) -> dict[int, float]:
+        with self._lock:
+            return {pid: self.last[pid] - self.base[pid] for pid in self.last}
+
+    def at(self, when: float) -> float:
+        """The total at monotonic time `when`, interpolated between the two readings around it."""
+        with self._lock:
+            line = list(self.timeline)
+        if not line:
+            return 0.0
+        if when <= line[0][0]:
+            return line[0][1]
+        for (t0, v0), (t1, v1) in itertools.pairwise(line):
+            if t0 <= when <= t1:
+                return v0 if t1 == t0 else v0 + (v1 - v0) * (when - t0) / (t1 - t0)
+        return line[-1][1]
+
+    def between(self, start: float, end: float) -> float:
+        return self.at(end) - self.at(start)
+
+
+def rotated(kinds: tuple[str, ...], rep: int) -> tuple[str, ...]:
+    """The order of the sides in repetition `rep`: rotated by one each repetition (ABC, BCA,
+    CAB, ...), so every side sits in every position equally often and none always in the
+    middle (ABC then CBA kept B there)."""
+    k = rep % len(kinds) if kinds else 0
+    return tuple(kinds[k:]) + tuple(kinds[:k])
 
 
 # --- bytecode ---------------------------------------------------------------------------------

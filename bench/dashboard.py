@@ -181,7 +181,7 @@ def middle_cursor(run_id: int) -> str:
     """A cursor halfway down the run's task list in URL order (a deep page, no OFFSET)."""
     from django.db import connection
 
-    from dashboard.lists import URL_KEY_CHARS
+    from dashboard.filtersets import URL_KEY_CHARS
 
     with connection.cursor() as cursor:
         cursor.execute(

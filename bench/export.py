@@ -250,7 +250,8 @@ def main() -> int:
     from django.db import connection
     from django.utils import timezone
 
-    from recovery import counters, specs
+    from recovery import counters
+    from recovery.intake import specs
     from recovery.models import Dataset, Run
 
     runs: dict[int, int] = {}

@@ -1,7 +1,7 @@
-"""Which transport behind recovery.http's guard fetches small pages faster?
+"""Which transport behind recovery.fetch.guard fetches small pages faster?
 
 Serves the sandbox shop (5 KB product pages) from a separate process on 127.0.0.1, then fetches
-the same pages through recovery.http.Fetcher with each transport (16 in flight, guard, per-host
+the same pages through fetch.fetcher.Fetcher with each transport (16 in flight, guard, per-host
 gates, size cap, deadline, per-task cookies all active), alternating transports for `--reps`
 rounds: `aiohttp` (Fetcher drives an aiohttp session directly, the default), `httpx-aiohttp`
 (httpx's API over the httpx-aiohttp transport, the default before) and `httpcore` (httpx's own;
@@ -61,7 +61,7 @@ def wait_for_port(port: int, deadline: float) -> None:
 
 
 async def run(transport: str, base: str, pages: int, concurrency: int) -> dict:
-    from recovery.http import Fetcher
+    from recovery.fetch.fetcher import Fetcher
 
     fetcher = Fetcher(transport=transport, concurrency=concurrency, per_host=concurrency)
     urls = [f"{base}/product/{i}" for i in range(1, pages + 1)]

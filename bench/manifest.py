@@ -71,7 +71,8 @@ def child(manifest: str, rows: int, with_bulk_create: bool) -> dict:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from recovery import counters, keys, manifests, specs
+    from recovery import counters, keys
+    from recovery.intake import manifests, specs
     from recovery.models import Run, Task
 
     call_command("migrate", verbosity=0)

@@ -2,6 +2,12 @@
 
     python bench/scrape.py [--pages 5000] [--workers 2] [--concurrency 16] [--reps 2]
                            [--dbs postgres,sqlite] [--no-scrapy] [--with-untuned]
+                           [--scrapy-pg] [--scrapy-sweep] [--pipelined-floor]
+
+   --scrapy-pg: Scrapy writes its items to PostgreSQL (batches of 50, executemany upsert),
+   its backends counted; --scrapy-sweep: the peer is the fastest of 8 Scrapy configurations
+   (reactor, middlewares/extensions off, requests in flight), tried once each per worker
+   count; --pipelined-floor: the floor also pipelined like the engine (a side of its own).
 
 1. The sandbox shop runs in its own process (`manage.py sandbox --port 0`, no faults), so it
    is never one of the measured clients. Its capacity is measured first with a quick
@@ -19,10 +25,13 @@
      side);
    - floor: N processes of bench/scrape_floor.py: aiohttp + the product's page checks and
      fields + claim/commit by 50 on bare two-index tables the bench creates.
-   Sides run in ABC / CBA order across repetitions (paired, so a drifting load favours no
-   side). Each side is timed as whole processes, start to exit (start-up included).
+   The sides' order rotates by one each repetition (ABC, BCA, CAB: paired, and no side
+   always in the middle), 5 repetitions by default. Each side is timed as whole processes,
+   start to exit (start-up included).
 3. CPU per page = the side's processes' own CPU (rusage) plus, on PostgreSQL, the CPU of the
-   database backends serving them (sampled from /proc); the sandbox's CPU is not in it.
+   database's backends: ALL of them, by datname, every 50 ms (common.DatabaseCpu); the
+   sandbox's CPU is not in it. The spread rule judges the pages/s and CPU ratios; every
+   repetition's figures are in the JSON line (`samples`).
 4. Prints one line per measurement and, last, one JSON line:
    {"bench": "scrape", "results": [{"db", "workers", "pages_per_s", "scrapy_pages_per_s",
    "floor_pages_per_s", "ratio_scrapy", "ratio_floor", "cpu_ratio_scrapy", ...}],
@@ -58,7 +67,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bare_floor import PG_FLOOR_SCHEMA, SQLITE_FLOOR_SCHEMA
-from common import SandboxProcess, compile_bytecode, refuse_if_spread
+from common import DatabaseCpu, SandboxProcess, compile_bytecode, refuse_if_spread, rotated
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +195,31 @@ def base_env(workdir: Path) -> dict[str, str]:
 # --- Scrapy --------------------------------------------------------------------------------
 
 
+def sweep_configs(per_process: int) -> list[list[str]]:
+    """Scrapy's settings the sweep tries (scrapy_shop.py options): reactor x middlewares and
+    extensions on/off x requests in flight per process (per domain: the same)."""
+    return [
+        ["--reactor", reactor, *(["--lean"] if lean else []), "--concurrency", str(c)]
+        for reactor in ("asyncio", "epoll")
+        for lean in (False, True)
+        for c in (per_process, 2 * per_process)
+    ]
+
+
+def sweep_scrapy(sandbox, workdir, concurrency, pages, processes, pg_url) -> dict[str, Any]:
+    """One run of tuned Scrapy per configuration; the fastest (pages/s) is the peer."""
+    tried = []
+    for extra in sweep_configs(max(1, concurrency // processes)):
+        got = run_scrapy(
+            sandbox, workdir, concurrency, pages, processes, True, pg_url=pg_url, extra=extra
+        )
+        keep = ("pages_per_s", "cpu_ms_per_page", "complete")
+        tried.append({"args": extra, **{k: got[k] for k in keep}})
+        log(f"scrapy sweep x{processes} {' '.join(extra)}: {got['pages_per_s']} p/s")
+    best = max((t for t in tried if t["complete"]), key=lambda t: t["pages_per_s"])
+    return {"best": best["args"], "tried": tried}
+
+
 def split_manifests(manifest: Path, workdir: Path, parts: int) -> list[Path]:
     """Every parts-th product URL into its own manifest, one per Scrapy process."""
     urls = product_urls(manifest)
@@ -201,8 +235,11 @@ def split_manifests(manifest: Path, workdir: Path, parts: int) -> list[Path]:
 
 
 def run_scrapy(
-    sandbox: Sandbox, workdir: Path, concurrency: int, pages: int, processes: int, tuned: bool
-) -> dict[str, Any]:
+    sandbox: Sandbox, workdir: Path, concurrency: int, pages: int, processes: int, tuned: bool,
+    pg_url: str = "", extra: list[str] | tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """`pg_url`: the items go to PostgreSQL (scrapy_shop.py --pg, batches of 50), and the
+    database's backends' CPU is counted as for the other sides."""
     per_process = max(1, concurrency // processes)
     cmds = []
     for i, part in enumerate(split_manifests(sandbox.manifest, workdir, processes)):
@@ -213,8 +250,21 @@ def run_scrapy(
         ]  # fmt: skip
         if tuned:
             cmd.append("--tuned")
-        cmds.append(cmd)
-    timed = run_timed(cmds, base_env(workdir), sandbox)
+        if pg_url:
+            cmd += ["--pg", pg_url]
+        cmds.append(cmd + list(extra))
+    db_cpu = 0.0
+    if pg_url:
+        import psycopg
+        from scrapy_shop import SCRAPY_PG_SCHEMA
+
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(SCRAPY_PG_SCHEMA)
+        with BackendCpu(pg_url) as sampler:
+            timed = run_timed(cmds, base_env(workdir), sandbox)
+        db_cpu = sampler.seconds()
+    else:
+        timed = run_timed(cmds, base_env(workdir), sandbox)
     items = 0
     for code, stdout, stderr in timed["outputs"]:
         if code != 0:
@@ -222,7 +272,8 @@ def run_scrapy(
         items += json.loads(stdout.strip().splitlines()[-1])["items"]
     return {
         "pages_per_s": round(items / timed["wall_s"], 1),
-        "cpu_ms_per_page": round(1000 * timed["cpu_s"] / max(items, 1), 3),
+        "cpu_ms_per_page": round(1000 * (timed["cpu_s"] + db_cpu) / max(items, 1), 3),
+        "db_server_cpu_ms_per_page": round(1000 * db_cpu / max(items, 1), 3),
         "sandbox_cpu_ms_per_page": round(1000 * timed["sandbox_cpu_s"] / pages, 3),
         "items": items,
         "complete": items == pages,
@@ -269,7 +320,7 @@ def load_floor(env: dict[str, str], manifest: Path) -> None:
 
 def run_floor(
     env: dict[str, str], sandbox: Sandbox, spec: Path, *, db: str, workers: int,
-    concurrency: int, pages: int,
+    concurrency: int, pages: int, pipelined: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     load_floor(env, sandbox.manifest)
     per_worker = max(1, concurrency // workers)
@@ -277,6 +328,7 @@ def run_floor(
         [
             PY, str(ROOT / "bench" / "scrape_floor.py"), "--db", env["DATABASE_URL"],
             "--spec", str(spec), "--concurrency", str(per_worker), "--worker", f"floor-{i}",
+            *(["--pipelined"] if pipelined else []),
         ]
         for i in range(workers)
     ]  # fmt: skip
@@ -362,51 +414,10 @@ def prepare_db(db: str, workdir: Path, pg_name: str) -> dict[str, str]:
     return env
 
 
-class BackendCpu:
-    """CPU of the PostgreSQL backends serving one database, sampled from /proc in a thread.
-
-    The workers' own CPU (rusage) leaves out the database server's share, which Scrapy does
-    not have; this adds it back. Backends are found in pg_stat_activity and read every 0.1 s,
-    so the last tenth of a second of a backend that exits is missed (an underestimate).
-    """
-
-    def __init__(self, database_url: str) -> None:
-        import threading
-
-        parts = urlsplit(database_url)
-        self.db = parts.path.lstrip("/")
-        self.admin = urlunsplit(parts._replace(path="/postgres"))
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> BackendCpu:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        import psycopg
-
-        with psycopg.connect(self.admin, autocommit=True) as conn:
-            while not self.stop.is_set():
-                rows = conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.db,)
-                ).fetchall()
-                for (pid,) in rows:
-                    with contextlib.suppress(OSError, IndexError, ValueError):
-                        cpu = cpu_seconds(pid)
-                        # First sight: count from zero (a backend starts with ~no CPU).
-                        self.first.setdefault(pid, 0.0)
-                        self.last[pid] = cpu
-                self.stop.wait(0.1)
-
-    def seconds(self) -> float:
-        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+# CPU of ALL the backends of the bench's database while a side runs (common.DatabaseCpu: listed
+# by datname every 50 ms, a backend that appears counted from zero, one that vanishes up to its
+# last reading), whoever opened them: a reconnecting worker's new backend included.
+BackendCpu = DatabaseCpu
 
 
 def run_salvage(
@@ -496,7 +507,9 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=int(os.environ.get("BENCH_PAGES", 5000)))
     parser.add_argument("--workers", default="2", help="processes per side, or a list: 1,2")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, total")
-    parser.add_argument("--reps", type=int, default=2, help="ABC/CBA order needs an even number")
+    parser.add_argument(
+        "--reps", type=int, default=5, help="repetitions; the sides' order rotates by one each"
+    )
     parser.add_argument("--dbs", default="postgres,sqlite")
     parser.add_argument(
         "--pg-name", default=os.environ.get("BENCH_PG_NAME", "salvage_bench_scrape")
@@ -517,6 +530,24 @@ def main() -> int:
         "manage.py's folder is first on sys.path): a lever's before/after, paired",
     )
     parser.add_argument("--no-floor", action="store_true", help="leave the floor out")
+    parser.add_argument(
+        "--scrapy-pg",
+        action="store_true",
+        help="Scrapy writes its items to PostgreSQL (batches of 50, executemany upsert into "
+        "scrapy_observations) instead of JSON lines, so both sides persist (--dbs postgres)",
+    )
+    parser.add_argument(
+        "--scrapy-sweep",
+        action="store_true",
+        help="per worker count, first run Scrapy once in each configuration (reactor, "
+        "middlewares and extensions off, requests in flight) and take the fastest as the peer",
+    )
+    parser.add_argument(
+        "--pipelined-floor",
+        action="store_true",
+        help="add the floor pipelined like the engine (PostgreSQL: batch N commits on a second "
+        "connection while N+1 is claimed and fetched) as a side `floor_pipelined`",
+    )
     args = parser.parse_args()
     dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
     for db in dbs:
@@ -533,6 +564,12 @@ def main() -> int:
         sides.insert(1, "scrapy")
         if args.with_untuned:
             sides.append("scrapy_untuned")
+    if args.scrapy_pg and dbs != ["postgres"]:
+        parser.error("--scrapy-pg: PostgreSQL only (--dbs postgres)")
+    if args.pipelined_floor:
+        if dbs != ["postgres"]:
+            parser.error("--pipelined-floor: PostgreSQL only (--dbs postgres)")
+        sides.append("floor_pipelined")
     if args.baseline_root:
         if not (args.baseline_root / "manage.py").is_file():
             parser.error(f"--baseline-root: no manage.py in {args.baseline_root}")
@@ -561,10 +598,16 @@ def main() -> int:
             env = prepare_db(db, workdir, args.pg_name)
             spec = spec_for(sandbox, workdir, max(1, args.concurrency // workers))
             pairs = []
+            sweep = None
+            if args.scrapy_sweep and "scrapy" in sides:
+                sweep = sweep_scrapy(
+                    sandbox, workdir, args.concurrency, args.pages, workers,
+                    env["DATABASE_URL"] if args.scrapy_pg else "",
+                )  # fmt: skip
             for rep in range(args.reps):
                 pair: dict[str, Any] = {}
-                # ABC then CBA, so a load that drifts during a repetition favours no side.
-                for side in sides if rep % 2 == 0 else list(reversed(sides)):
+                # ABC, BCA, CAB: every side in every position, none always in the middle.
+                for side in rotated(tuple(sides), rep):
                     if side in ("salvage", "baseline"):
                         pair[side] = run_salvage(
                             env, sandbox, workdir, db=db, spec=spec,
@@ -572,20 +615,26 @@ def main() -> int:
                             concurrency=args.concurrency, pages=args.pages,
                             root=ROOT if side == "salvage" else args.baseline_root,
                         )  # fmt: skip
-                    elif side == "floor":
+                    elif side in ("floor", "floor_pipelined"):
                         pair[side] = run_floor(
                             env, sandbox, spec, db=db, workers=workers,
                             concurrency=args.concurrency, pages=args.pages,
+                            pipelined=side == "floor_pipelined",
                         )  # fmt: skip
                     else:
                         pair[side] = run_scrapy(
                             sandbox, workdir, args.concurrency, args.pages, workers,
                             tuned=side == "scrapy",
+                            pg_url=env["DATABASE_URL"] if args.scrapy_pg else "",
+                            extra=sweep["best"] if sweep and side == "scrapy" else (),
                         )  # fmt: skip
                     load = os.getloadavg()[0]
                     log(f"[{db} w{workers} rep {rep}] {side}: {pair[side]} load {load:.2f}")
                 pairs.append(pair)
-            summary["results"].append(summarise(db, workers, args.concurrency, pairs))
+            row = summarise(db, workers, args.concurrency, pairs)
+            if sweep:
+                row["scrapy_sweep"] = sweep  # the peer's settings and every one tried
+            summary["results"].append(row)
     finally:
         sandbox.stop()
         if not args.keep:
@@ -609,7 +658,12 @@ def main() -> int:
         summary["headline"] = False
         summary["headline_reason"] = "a side did not commit every page"
     refuse_if_spread(
-        summary, ("ratio_scrapy", "ratio_floor"), lambda r: f"{r['db']} x{r['workers']}"
+        summary,
+        (
+            *("ratio_scrapy", "ratio_floor", "cpu_ratio_scrapy", "cpu_ratio_floor"),
+            *("ratio_floor_pipelined", "cpu_ratio_floor_pipelined"),
+        ),
+        lambda r: f"{r['db']} x{r['workers']}",
     )
     summary["command"] = " ".join(["python", "bench/scrape.py", *sys.argv[1:]])
     print(json.dumps(summary), flush=True)
@@ -637,13 +691,9 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
     def ratios(key: str, side: str) -> list[float]:
         return [p["salvage"][key] / p[side][key] for p in pairs if p.get(side, {}).get(key)]
 
-    def ratio(key: str, side: str) -> float | None:
+    def paged(name: str, side: str, key: str = "pages_per_s") -> dict[str, float]:
+        """A ratio's median, lowest and highest repetition (the spread rule's)."""
         values = ratios(key, side)
-        return round(statistics.median(values), 3) if values else None
-
-    def paged(name: str, side: str) -> dict[str, float]:
-        """The pages/s ratio's median, lowest and highest repetition (the spread rule's)."""
-        values = ratios("pages_per_s", side)
         if not values:
             return {name: None}
         low, mid, high = min(values), statistics.median(values), max(values)
@@ -660,20 +710,28 @@ def summarise(db: str, workers: int, concurrency: int, pairs: list[dict[str, Any
         "reps": len(pairs),
         "complete": all(side["complete"] for p in pairs for side in p.values()),
     }
-    for side in ("floor", "baseline"):
+    for side in ("floor", "baseline", "floor_pipelined"):
         if any(side in p for p in pairs):
             row[f"{side}_pages_per_s"] = med("pages_per_s", side)
             row[f"{side}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
             row[f"{side}_db_server_cpu_ms_per_page"] = med("db_server_cpu_ms_per_page", side)
             row.update(paged(f"ratio_{side}", side))
-            row[f"cpu_ratio_{side}"] = ratio("cpu_ms_per_page", side)
+            row.update(paged(f"cpu_ratio_{side}", side, "cpu_ms_per_page"))
     for side in ("scrapy", "scrapy_untuned"):
         if any(side in p for p in pairs):
             suffix = "" if side == "scrapy" else "_untuned"
             row[f"scrapy{suffix}_pages_per_s"] = med("pages_per_s", side)
             row[f"scrapy{suffix}_cpu_ms_per_page"] = med("cpu_ms_per_page", side)
+            row[f"scrapy{suffix}_db_server_cpu_ms_per_page"] = med(
+                "db_server_cpu_ms_per_page", side
+            )
             row.update(paged(f"ratio_scrapy{suffix}", side))
-            row[f"cpu_ratio_scrapy{suffix}"] = ratio("cpu_ms_per_page", side)
+            row.update(paged(f"cpu_ratio_scrapy{suffix}", side, "cpu_ms_per_page"))
+    # every repetition's figures per side, in the order they ran
+    keep = ("pages_per_s", "cpu_ms_per_page", "db_server_cpu_ms_per_page", "complete")
+    row["samples"] = [
+        {side: {k: got[k] for k in keep if k in got} for side, got in p.items()} for p in pairs
+    ]
     return row
 
 

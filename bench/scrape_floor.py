@@ -5,7 +5,7 @@ page, with nothing else around it:
 - claim 50 tasks from the bench's bare two-index tables (bench/bare_floor.py);
 - fetch them with one aiohttp session, `--concurrency` requests in flight;
 - decode each body as UTF-8 (strictly), parse it with selectolax, run the spec's page checks
-  (recovery.pagechecks.check_page) and extract its fields and entity key (recovery.extraction);
+  (fetch.pagechecks.check_page) and extract its fields and entity key (fetch.extraction);
 - commit the 50 in one transaction (fenced UPDATE, attempt INSERT, observation upsert of the
   canonical JSON payload and its SHA-256); loop until no task is due.
 No outbound-safety guard, retries, counters, heartbeats, cookies or artefacts: this is the
@@ -28,8 +28,9 @@ import resource
 from bare_floor import PgBare, SqliteBare
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import extraction, specs
-from recovery.pagechecks import PageCheckFailure, PageView, check_page
+from recovery.fetch import extraction
+from recovery.fetch.pagechecks import PageCheckFailure, PageView, check_page
+from recovery.intake import specs
 
 BATCH = 50
 
@@ -47,7 +48,9 @@ def page_row(spec: dict, page_spec: dict, key: str, token: int, url: str, body: 
     return key, token, payload, digest, okey
 
 
-async def crawl(store, spec: dict, concurrency: int) -> tuple[int, int]:
+async def crawl(store, spec: dict, concurrency: int, committer=None) -> tuple[int, int]:
+    """`committer`: a second store; batch N then commits on it in a thread while batch N+1 is
+    claimed and fetched (--pipelined, as the engine does on PostgreSQL)."""
     import aiohttp
 
     page_spec = spec["page_types"]["product"]
@@ -66,6 +69,7 @@ async def crawl(store, spec: dict, concurrency: int) -> tuple[int, int]:
             except (PageCheckFailure, extraction.ExtractionError, UnicodeDecodeError):
                 return None
 
+        pending = None
         while True:
             claimed = store.claim(BATCH)
             if not claimed:
@@ -73,7 +77,14 @@ async def crawl(store, spec: dict, concurrency: int) -> tuple[int, int]:
             rows = await asyncio.gather(*(one(*task) for task in claimed))
             good = [row for row in rows if row is not None]
             failed += len(rows) - len(good)
-            committed += store.commit(good)
+            if committer is None:
+                committed += store.commit(good)
+                continue
+            if pending is not None:
+                committed += await pending
+            pending = asyncio.ensure_future(asyncio.to_thread(committer.commit, good))
+        if pending is not None:
+            committed += await pending
     return committed, failed
 
 
@@ -83,14 +94,25 @@ def main() -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--worker", default="floor-0")
+    parser.add_argument(
+        "--pipelined",
+        action="store_true",
+        help="commit each batch on a second connection in a thread while the next is claimed "
+        "and fetched (PostgreSQL)",
+    )
     args = parser.parse_args()
     spec = specs.validate(specs.parse_file(args.spec))
     if args.db.startswith("sqlite:///"):
         store = SqliteBare(args.db.removeprefix("sqlite:///"), args.worker)
     else:
         store = PgBare(args.db, args.worker)
-    committed, failed = asyncio.run(crawl(store, spec, args.concurrency))
+    committer = PgBare(args.db, args.worker) if args.pipelined else None
+    if committer is not None and isinstance(store, SqliteBare):
+        parser.error("--pipelined: PostgreSQL only")
+    committed, failed = asyncio.run(crawl(store, spec, args.concurrency, committer))
     store.close()
+    if committer is not None:
+        committer.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(

@@ -7,6 +7,10 @@ cookies off, and retries off (the shop serves no faults in the benchmark). It pa
 fields as the shop's dataset spec with CSS selectors, coerces them the same way, and writes
 items through a JSON-lines item pipeline. `--tuned` also sets CONCURRENT_ITEMS=1 (Scrapy's
 default of 100 starts ~100 asyncio tasks per response: research/perf-baselines.md, section 4).
+`--pg URL` writes the items to PostgreSQL instead (PgBatchPipeline): batches of 50, each one
+transaction of one `executemany` upsert into `scrapy_observations` (observation key, entity
+key, canonical JSON payload and its SHA-256, as the observations are), so Scrapy persists as
+Salvage does; the table is created by bench/scrape.py (SCRAPY_PG_SCHEMA).
 Prints one JSON line: items, crawl seconds (spider open to close) and CPU seconds.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import re
 import resource
@@ -45,12 +50,71 @@ class JsonLinesPipeline:
         return item
 
 
+SCRAPY_PG_SCHEMA = """
+DROP TABLE IF EXISTS scrapy_observations;
+CREATE TABLE scrapy_observations (
+    id bigserial PRIMARY KEY,
+    observation_key text NOT NULL UNIQUE,
+    entity_key text NOT NULL,
+    url text NOT NULL,
+    payload jsonb NOT NULL,
+    payload_hash text NOT NULL,
+    observed_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+SCRAPY_PG_UPSERT = (
+    "INSERT INTO scrapy_observations (observation_key, entity_key, url, payload, payload_hash) "
+    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (observation_key) DO UPDATE SET "
+    "payload = EXCLUDED.payload, payload_hash = EXCLUDED.payload_hash, observed_at = now() "
+    "WHERE scrapy_observations.payload_hash <> EXCLUDED.payload_hash"
+)
+PG_BATCH = 50
+REACTORS = {
+    "asyncio": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+    "epoll": "twisted.internet.epollreactor.EPollReactor",
+}
+
+
+class PgBatchPipeline:
+    """Items to PostgreSQL in batches of PG_BATCH: one transaction of one executemany each."""
+
+    def open_spider(self, spider):
+        import psycopg
+
+        self.conn = psycopg.connect(spider.pg_url, autocommit=True)
+        self.rows: list[tuple] = []
+        spider.written = 0
+
+    def close_spider(self, spider):
+        self.flush(spider)
+        self.conn.close()
+
+    def flush(self, spider):
+        if not self.rows:
+            return
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany(SCRAPY_PG_UPSERT, self.rows)
+        spider.written += len(self.rows)
+        self.rows = []
+
+    def process_item(self, item, spider):
+        payload = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        entity = item.get("sku") or item["url"]
+        okey = hashlib.sha256(f"shop|w|{entity}".encode()).hexdigest()
+        digest = hashlib.sha256(payload.encode()).hexdigest()
+        self.rows.append((okey, entity, item["url"], payload, digest))
+        if len(self.rows) >= PG_BATCH:
+            self.flush(spider)
+        return item
+
+
 class ShopSpider(scrapy.Spider):
     name = "shop"
 
-    def __init__(self, urls: list[str], out: str, **kwargs):
+    def __init__(self, urls: list[str], out: str, pg_url: str = "", **kwargs):
         super().__init__(**kwargs)
-        self.urls, self.out = urls, out
+        self.urls, self.out, self.pg_url = urls, out, pg_url
+        self.written = 0
         self.opened_at = self.closed_at = 0.0
 
     @classmethod
@@ -90,29 +154,50 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--out", required=True)
     parser.add_argument("--tuned", action="store_true", help="CONCURRENT_ITEMS=1")
+    parser.add_argument(
+        "--reactor", choices=sorted(REACTORS), default="asyncio", help="Twisted's reactor"
+    )
+    parser.add_argument(
+        "--lean", action="store_true", help="every extension and middleware off but the start"
+    )
+    parser.add_argument("--per-domain", type=int, default=0, help="default: --concurrency")
+    parser.add_argument("--pg", default="", help="write the items to this PostgreSQL database")
     args = parser.parse_args()
     with open(args.manifest, newline="") as fh:
         urls = [row["url"] for row in csv.DictReader(fh) if row["page_type"] == "product"]
     settings = {
         "CONCURRENT_REQUESTS": args.concurrency,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": args.per_domain or args.concurrency,
+        "TWISTED_REACTOR": REACTORS[args.reactor],
         "DOWNLOAD_DELAY": 0,
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
         "COOKIES_ENABLED": False,
         "RETRY_ENABLED": False,
         "LOG_LEVEL": "WARNING",
-        "ITEM_PIPELINES": {JsonLinesPipeline: 100},
+        "ITEM_PIPELINES": {PgBatchPipeline if args.pg else JsonLinesPipeline: 100},
     }
     if args.tuned:
         settings["CONCURRENT_ITEMS"] = 1
+    if args.lean:  # the HTTP/1.1 download handler stays (the sandbox speaks plain HTTP/1.1)
+        from scrapy.settings import default_settings as base
+
+        settings["EXTENSIONS"] = dict.fromkeys(base.EXTENSIONS_BASE)
+        settings["DOWNLOADER_MIDDLEWARES"] = dict.fromkeys(base.DOWNLOADER_MIDDLEWARES_BASE)
+        keep = ("StartSpiderMiddleware", "HttpErrorMiddleware")
+        settings["SPIDER_MIDDLEWARES"] = {
+            name: None for name in base.SPIDER_MIDDLEWARES_BASE if not name.endswith(keep)
+        }
     process = CrawlerProcess(settings=settings)
     crawler = process.create_crawler(ShopSpider)
-    process.crawl(crawler, urls=urls, out=args.out)
+    process.crawl(crawler, urls=urls, out=args.out, pg_url=args.pg)
     process.start()
     spider = crawler.spider
-    with open(args.out, encoding="utf-8") as fh:
-        items = sum(1 for _ in fh)
+    if args.pg:
+        items = spider.written  # rows committed to PostgreSQL
+    else:
+        with open(args.out, encoding="utf-8") as fh:
+            items = sum(1 for _ in fh)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(

@@ -152,7 +152,7 @@ def floor_update(run_id: int) -> float:
 
 
 def evaluate(run_id: int, mark) -> float:
-    from recovery import validation
+    from recovery.quality import validation
 
     started = time.perf_counter()
     validation.evaluate(run_id, mark=mark)
@@ -161,7 +161,7 @@ def evaluate(run_id: int, mark) -> float:
 
 def row_verdicts(vendor: str):
     """The SQL judging of SPEC's rules, as validation._evaluate builds it."""
-    from recovery import validation_sql
+    from recovery.quality import validation_sql
     from recovery.verdicts import Rules
 
     rules = Rules.of(SPEC)
@@ -175,7 +175,7 @@ def judge(run_id: int) -> float:
     validation._evaluate builds it for SPEC's rules)."""
     from django.db import connection
 
-    from recovery import validation_sql
+    from recovery.quality import validation_sql
 
     verdicts = row_verdicts(connection.vendor)
     started = time.perf_counter()
@@ -191,8 +191,8 @@ def commit_verdicts(run_id: int) -> None:
     then the table rewritten packed (VACUUM FULL), as a run's commits leave it."""
     from django.db import connection
 
-    from recovery import validation_sql
     from recovery.models import Observation
+    from recovery.quality import validation_sql
     from recovery.verdicts import Rules
 
     Observation.objects.filter(run_id=run_id).update(verdict=None, verdict_rules="")
@@ -290,7 +290,8 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from recovery import counters, specs
+    from recovery import counters
+    from recovery.intake import specs
     from recovery.models import Dataset, Run
 
     print(f"scratch database {args.pg_name}: migrating and generating {sizes}", flush=True)

@@ -8,8 +8,9 @@ def _sync_roles(sender, using="default", apps=None, **kwargs) -> None:
     from dashboard.roles import sync_roles
 
     # Sent per app that has models; the dashboard has none, so hook the recovery app's signal
-    # (its permissions exist by then: auth's receiver was connected first).
-    if sender.label != "recovery":
+    # (its permissions exist by then: auth's receiver was connected first), and the consumers
+    # app's, whose permission (manage_api_tokens) the admin role holds.
+    if sender.label not in ("recovery", "consumers"):
         return
     # migrate passes the migration state's apps; flush (e.g. between transactional tests,
     # which empties the groups table) passes none.

@@ -1,8 +1,8 @@
 """Datasets in the browser: the list, one dataset's spec, history and runs, and the admins'
 uploads (a spec, as `loaddataset`; a manifest that becomes a run, as `createrun`).
 
-An upload runs the command's own engine function (recovery.specs.upload,
-recovery.manifests.create_run), so the checks and the messages are the command line's and
+An upload runs the command's own engine function (recovery.intake.specs.upload,
+recovery.intake.manifests.create_run), so the checks and the messages are the command line's and
 nothing is written unless everything passed. A refused upload re-renders the page with each
 message beside its field (status 400); a manifest's first bad lines are listed one by one.
 
@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import datasetboard, lists, speclines, uploads
 from dashboard.forms import ManifestUploadForm, SpecUploadForm
-from recovery import manifests, schedules, specs
+from recovery.intake import manifests, schedules, specs
 from recovery.models import Dataset
 
 SPEC_EXCERPT = 2  # lines shown on each side of the line an error points at
@@ -91,6 +91,7 @@ def _dataset_page(
             dataset.schedules.select_related("last_run").order_by("name"), timezone.now()
         ),
         "current": datasetboard.summaries([dataset])[0].current,
+        "task_times": datasetboard.task_times(dataset),
         "form": form,
         "problems": problems,
         "refusal": refusal,

@@ -10,7 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recovery import exports
+from django.conf import settings
+
+from recovery.delivery import exports
+from recovery.leases import sizing
 from recovery.models import AuditEntry, Dataset, Run
 
 RUNS_SHOWN = 50
@@ -62,3 +65,8 @@ def history(dataset: Dataset) -> list[Version]:
 
 def spec_json(dataset: Dataset) -> str:
     return json.dumps(dataset.spec, indent=2, sort_keys=True)
+
+
+def task_times(dataset: Dataset) -> sizing.LeaseReport:
+    """Its task durations and the lease they imply (bounded: recovery.leases.sizing)."""
+    return sizing.report(dataset, settings.SALVAGE_LEASE_SECONDS)

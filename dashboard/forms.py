@@ -1,4 +1,4 @@
-"""Dashboard forms: the small POST forms behind each button (list filters: dashboard.lists)."""
+"""Dashboard forms: the small POST forms behind each button (list filters: dashboard.filtersets)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,20 @@ class ReasonForm(forms.Form):
         max_length=REASON_MAX,
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "reason (required)"}),
     )
+
+
+class OptionalReasonForm(forms.Form):
+    reason = forms.CharField(
+        required=False,
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "reason (optional)"}),
+    )
+
+
+class RerunForm(ReasonForm):
+    """What a recovery batch of selected tasks records beside them (a list's bulk rerun)."""
+
+    scraper_version = forms.CharField(max_length=64)
 
 
 class AttachJobForm(ReasonForm):
@@ -37,6 +51,8 @@ class RecoveryBatchForm(forms.Form):
     rules = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     reason = forms.CharField(max_length=REASON_MAX, widget=forms.Textarea(attrs={"rows": 2}))
     scraper_version = forms.CharField(max_length=64)
+    # Re-extract the stored pages instead of fetching them (recovery.archive).
+    from_archive = forms.BooleanField(required=False)
 
     def __init__(
         self,
@@ -45,12 +61,16 @@ class RecoveryBatchForm(forms.Form):
         page_types: list[str],
         rules: list[str],
         error_classes: list[tuple[str, str]],
+        flagged: list[str] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.fields["partitions"].choices = [(p, p or "(none)") for p in partitions]
+        marked = set(flagged or ())
+        self.fields["partitions"].choices = [
+            (p, (p or "(none)") + (" (flagged)" if p in marked else "")) for p in partitions
+        ]
         self.fields["page_types"].choices = [(p, p) for p in page_types]
-        # Only the classes present in the run (dashboard.errorclasses), labelled with counts.
+        # Only the classes present in the run (recovery.quality.errorclasses), labelled with counts.
         self.fields["error_classes"].choices = error_classes
         self.fields["rules"].choices = [(r, r) for r in rules]
 
@@ -68,7 +88,7 @@ class SpecUploadForm(forms.Form):
 
 
 class ManifestUploadForm(forms.Form):
-    # The engine checks the window and the version (recovery.manifests) so that a refusal
+    # The engine checks the window and the version (recovery.intake.manifests) so that a refusal
     # reads exactly as `createrun` words it; these caps only bound what is read.
     window = forms.CharField(max_length=200, help_text="e.g. 2026-11-29 or 2026-W48")
     # Optional for a dataset whose spec has a sitemap: the engine says when it is missing.

@@ -1,10 +1,14 @@
-"""Keyset pagination: `?after=<cursor>` instead of OFFSET, and never a COUNT(*).
+"""Keyset pagination: `?after=<cursor>` or `?before=<cursor>` instead of OFFSET.
 
 A page is the first `size` rows after the cursor in a fixed order that ends with a unique
-column, so each page is one indexed range scan however deep the operator pages. The cursor is
-the last row's sort values as a JSON array; a cursor the order cannot use (malformed JSON, the
-wrong number of values, a value of the wrong type or out of the column's range, a NUL or a lone
-surrogate that the database would refuse) is a 400, never a 500 and never a silent page one.
+column, so each page is one indexed range scan however deep the operator pages. The page before
+a cursor is the same scan in the opposite direction (the order reversed, `size` rows taken, then
+put back in the list's order), so walking back visits the forward pages in reverse. The cursor is
+a row's sort values as a JSON array (the last row's for `after`, the first row's for `before`);
+a cursor the order cannot use (malformed JSON, the wrong number of values, a value of the wrong
+type or out of the column's range, a NUL or a lone surrogate that the database would refuse) is
+a 400, never a 500 and never a silent page one. The page never counts; a list's bounded match
+count is `capped_count`.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from django.db import connections, models
 from django.db.models import Q, QuerySet
 
 PAGE_SIZE = 50
-CURSOR_MAX = 4000  # characters; a longer `after` is not one of ours
+CURSOR_MAX = 4000  # characters; a longer `after` or `before` is not one of ours
 
 
 class BadCursor(BadRequest):
-    """The `after` value cannot be used with this list's order (answered with 400)."""
+    """The `after` or `before` value cannot be used with this list's order (answered with 400)."""
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,15 @@ class Order:
         prefix = "-" if self.descending else ""
         return [prefix + f for f in self.fields]
 
+    def reversed(self) -> Order:
+        return Order(self.fields, not self.descending)
+
 
 @dataclass
 class Page:
     rows: list[Any]
     next_cursor: str  # "" on the last page
+    prev_cursor: str = ""  # "" on the first page
 
 
 def page(
@@ -52,10 +60,15 @@ def page(
     descending: bool = True,
     size: int = PAGE_SIZE,
     order: Order | None = None,
+    before: str | None = None,
 ) -> Page:
-    """One page of `qs` in `order` (or `key`, then `tiebreak`) after the cursor."""
+    """One page of `qs` in `order` (or `key`, then `tiebreak`) after, or before, the cursor."""
     if order is None:
         order = Order((key,) if tiebreak is None else (key, tiebreak), descending)
+    if after and before:
+        raise BadCursor("a page is read after one cursor or before one, not both")
+    if before:
+        return _page_before(qs, before, order, size)
     qs = qs.order_by(*order.order_by())
     if after:
         values = parse_cursor(qs, order, after)
@@ -66,7 +79,42 @@ def page(
     cursor = ""
     if more and rows:
         cursor = cursor_of(rows[-1], order)
-    return Page(rows=rows, next_cursor=cursor)
+    # After a cursor there are rows before this page: the cursor's own row at least (our links
+    # only carry a cursor a row wrote), so no query asks. Past the end (no rows), the page
+    # before is the one before the cursor.
+    previous = ""
+    if after:
+        previous = cursor_of(rows[0], order) if rows else after
+    return Page(rows=rows, next_cursor=cursor, prev_cursor=previous)
+
+
+def _page_before(qs: QuerySet, before: str, order: Order, size: int) -> Page:
+    """The `size` rows just before the cursor, in `order`: the same index read backwards."""
+    backwards = order.reversed()
+    qs = qs.order_by(*backwards.order_by())
+    values = parse_cursor(qs, order, before)
+    qs = qs.filter(after_filter(backwards, values))
+    rows = list(qs[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size][::-1]
+    previous = cursor_of(rows[0], order) if more and rows else ""
+    # The cursor's row follows this page, so there is a next page whenever this one has rows.
+    following = cursor_of(rows[-1], order) if rows else ""
+    return Page(rows=rows, next_cursor=following, prev_cursor=previous)
+
+
+def capped_count(qs: QuerySet, cap: int, order: Order) -> tuple[int, bool]:
+    """How many rows `qs` holds, reading at most `cap + 1` of them: (count, whether capped).
+
+    One `SELECT COUNT(*) FROM (SELECT id ... ORDER BY <the list's order> LIMIT cap + 1)`: the
+    database stops after cap + 1 matches, so a million-row run costs what ten thousand rows do.
+    The order is kept on purpose: it makes the count read the index the page reads. Without it
+    PostgreSQL may count a run's tasks with a Seq Scan under the LIMIT, which is cheap only
+    while the run's rows come first in the table; a run appended after millions of others'
+    rows would be found only at the table's end.
+    """
+    n = qs.order_by(*order.order_by()).values("pk")[: cap + 1].count()
+    return (cap, True) if n > cap else (n, False)
 
 
 def cursor_of(row: Any, order: Order) -> str:

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from recovery.models import RemoteJob, Run, Task
-from recovery.states.run import RunState
-from recovery.states.task import TaskState
+from recovery.states.choices import RunState, TaskState
 
 # Leases ending within this many seconds are flagged "about to expire".
 LEASE_WARNING = timedelta(seconds=30)

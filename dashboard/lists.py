@@ -1,14 +1,16 @@
-"""Dashboard lists, declared once: a queryset + a filterset + sorts + a search + a keyset pager.
+"""Dashboard lists, declared once: a queryset + a filterset + sorts + a keyset pager + CSV columns.
 
 A view binds a `ListSpec` to its base queryset with `bind()` and renders the `Listing`; the page,
 its pager links, its sort headers and its filter links all read the same GET parameters, so a
 filter is kept when paging and dropped from nothing. Each sort is an order an index serves (the
 schema comment on each index names the list), and the keyset cursor follows the sort.
 
-Search (`q`): an exact key goes straight to its object (a task key or observation key anywhere,
-and inside a run a URL, an entity key or a provider job id); otherwise each list narrows by its
-own indexed search (a run's tasks by URL prefix, or with match=contains on PostgreSQL by any part
-of the URL; the reconcile queue by provider job id prefix).
+Pages: `after` or `before` a keyset cursor (dashboard.keyset), `size` rows among PAGE_SIZES, and
+"N matching" counted only up to COUNT_CAP (dashboard.keyset.capped_count), so no list ever counts
+a million-row run to the end.
+
+Search (`q`): an exact key goes straight to its object (dashboard.keysearch); otherwise each list
+narrows by its own indexed search (its filterset, dashboard.filtersets).
 
 Export: each list's CSV (`<list URL>.csv`, the same view with `export=True`) is the same bound
 filterset in the same order, read keyset page by keyset page, so it holds exactly the rows the
@@ -19,382 +21,53 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import django_filters
 from django.core.exceptions import BadRequest
-from django.db import connections
-from django.db.models import Func, QuerySet, TextField, Value
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Concat
-from django.forms import SearchInput, TextInput
+from django.db.models import F, QuerySet
 from django.http import HttpRequest, QueryDict, StreamingHttpResponse
 from django.urls import NoReverseMatch, reverse
 
 from dashboard import keyset
-from recovery import keys, liveness
-from recovery.exports import neutralise
-from recovery.models import (
-    AuditEntry,
-    Dataset,
-    Observation,
-    OutboxEvent,
-    RemoteJob,
-    Run,
-    Task,
-    WorkerHeartbeat,
+from dashboard.filtersets import (
+    AuditFilter,
+    DatasetFilter,
+    IncidentFilter,
+    OutboxFilter,
+    RemoteJobFilter,
+    RunFilter,
+    ScheduleFilter,
+    SearchFilterSet,
+    TaskFilter,
+    UrlKey,
+    WorkerFilter,
+    contains_search,
 )
-from recovery.states.delivery import DeliveryState
-from recovery.states.remote_job import RECONCILE, RemoteJobState
-from recovery.states.run import RunState
-from recovery.states.task import TaskState
-
-# The URL sort/search key: the first URL_KEY_CHARS characters in byte order. A btree entry must
-# stay under ~2.7 kB and a URL may be up to 8 kB; byte order ("C" collation) is what makes one
-# index serve both ORDER BY and a prefix range. Index: task_run_url_idx (Task.Meta, migrations
-# 0006 and 0011).
-URL_KEY_CHARS = 500
-HEX_KEY = re.compile(r"[0-9a-f]{64}")
-SEARCH_MAX = 2000
-# A trigram index can only narrow a search of at least one trigram (three characters).
-CONTAINS_MIN = 3
-TRIGRAM_INDEX = "task_url_trgm_idx"  # recovery migrations 0019 and 0021
-# Where that index lives (migration 0021): (task_id, url), kept in step by triggers, so a claim
-# or commit (never a HOT update) does not write a URL's trigrams into recovery_task's indexes.
-URL_SEARCH_TABLE = "recovery_task_url_search"
-_contains_ok: dict[str, bool] = {}
-
-
-def contains_search(alias: str = "default") -> bool:
-    """Whether a run's tasks can be searched by any part of the URL on this database.
-
-    Only on PostgreSQL with the trigram index of migrations 0019/0021 (pg_trgm); without it
-    `LIKE '%part%'` would read every task of the run, so the search stays a prefix range.
-    """
-    if alias not in _contains_ok:
-        connection = connections[alias]
-        found = False
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [TRIGRAM_INDEX])
-                found = cursor.fetchone() is not None
-        _contains_ok[alias] = found
-    return _contains_ok[alias]
+from dashboard.keysearch import find_key
+from recovery.delivery.exports import neutralise
+from recovery.intake.schedules import public_text
+from recovery.models import Run, Task
 
 
 class BadList(BadRequest):
     """A sort or parameter this list cannot use (answered with 400, naming it)."""
 
 
-class UrlKey(Func):
-    """substr(url, 1, 500), in byte order: exactly the expression task_run_url_idx indexes."""
-
-    output_field = TextField()
-
-    def as_sql(self, compiler, conn, **extra):
-        sql, params = compiler.compile(self.source_expressions[0])
-        return f"substr({sql}, 1, {URL_KEY_CHARS})", params
-
-    def as_postgresql(self, compiler, conn, **extra):
-        sql, params = compiler.compile(self.source_expressions[0])
-        return f'(substr({sql}, 1, {URL_KEY_CHARS}) COLLATE "C")', params
-
-
-def prefix_range(prefix: str) -> tuple[str, str]:
-    """[low, high) of every key starting with `prefix` in byte (code point) order."""
-    low = prefix[:URL_KEY_CHARS]
-    return low, low + "\U0010ffff"
-
-
-# --- filtersets ------------------------------------------------------------------------------
-
-
-def _blank(choices) -> list[tuple[str, str]]:
-    return [(value, label) for value, label in choices]
-
-
-class SearchFilterSet(django_filters.FilterSet):
-    """Every list's search box; each list's filterset says what a search means there."""
-
-    q = django_filters.CharFilter(
-        method="search", label="Search", max_length=SEARCH_MAX, widget=SearchInput
-    )
-
-    def search(self, qs: QuerySet, name: str, value: str) -> QuerySet:
-        return qs
-
-
-class RunFilter(SearchFilterSet):
-    dataset = django_filters.CharFilter(
-        field_name="dataset__name", max_length=100, widget=TextInput(attrs={"list": "datasets"})
-    )
-    state = django_filters.ChoiceFilter(
-        field_name="acceptance_state", choices=_blank(RunState.choices), empty_label="any"
-    )
-
-    class Meta:
-        model = Run
-        fields: list[str] = []
-
-    def search(self, qs, name, value):
-        # Dataset names are unique and indexed: a prefix range on that index.
-        low, high = prefix_range(value)
-        return qs.filter(dataset__name__gte=low, dataset__name__lt=high)
-
-
-class TaskFilter(SearchFilterSet):
-    # How the search box reads a URL: its beginning (default; a range of task_run_url_idx) or,
-    # on PostgreSQL with the trigram index, any part of it. Removed where it cannot be served.
-    match = django_filters.ChoiceFilter(
-        method="keep",
-        choices=[("contains", "contains")],
-        empty_label="begins with",
-        label="URL",
-    )
-    state = django_filters.ChoiceFilter(choices=_blank(TaskState.choices), empty_label="any")
-    partition = django_filters.CharFilter(max_length=200)
-    page_type = django_filters.CharFilter(max_length=64)
-    error_class = django_filters.CharFilter(
-        field_name="last_error_class", max_length=32, label="Error class"
-    )
-
-    class Meta:
-        model = Task
-        fields: list[str] = []
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not contains_search(self.queryset.db):
-            del self.filters["match"]
-
-    def keep(self, qs, name, value):
-        return qs  # read by search()
-
-    def search(self, qs, name, value):
-        """URL prefix through task_run_url_idx (without a scheme: after http:// or https://),
-        or with match=contains any part of the URL through the trigram index."""
-        if "match" in self.filters and self.form.cleaned_data.get("match") == "contains":
-            return self._contains(qs, value)
-        if "://" in value:
-            return self._prefix(qs, value)
-        # Without a scheme: the schemes that have a match (one index probe each), so the usual
-        # case stays one ordered range scan rather than a union to sort.
-        tried = [self._prefix(qs, f"{scheme}://{value}") for scheme in ("https", "http")]
-        found = [one for one in tried if one.exists()]
-        if not found:
-            return tried[0]
-        return found[0] if len(found) == 1 else found[0] | found[1]
-
-    @staticmethod
-    def _contains(qs, part: str):
-        if len(part) < CONTAINS_MIN:
-            # No trigram to look up: the index cannot narrow it, so it is refused, not scanned.
-            return qs.none()
-        # LIKE on the side table, which task_url_trgm_idx serves (an icontains would be
-        # UPPER(url) LIKE, which it would not); case-sensitive; \ % and _ are escaped, so text
-        # is never a pattern. The sort key is re-annotated as the same value in an expression no
-        # btree indexes: otherwise PostgreSQL may walk task_run_url_idx in order hoping to meet
-        # matches early, and when the matches sit late in URL order (one host's tasks) it reads
-        # most of the run. Read through the trigram index, the cost follows the number of matches.
-        pattern = "%" + connections[qs.db].ops.prep_for_like_query(part) + "%"
-        found = RawSQL(f"SELECT task_id FROM {URL_SEARCH_TABLE} WHERE url LIKE %s", [pattern])
-        return qs.filter(id__in=found).annotate(url_key=UrlKey(Concat("url", Value(""))))
-
-    @staticmethod
-    def _prefix(qs, prefix: str):
-        low, high = prefix_range(_lower_origin(prefix))
-        one = qs.filter(url_key__gte=low, url_key__lt=high)
-        if len(prefix) > URL_KEY_CHARS:
-            one = one.filter(url__startswith=prefix)
-        return one
-
-
-def _lower_origin(url: str) -> str:
-    # Stored URLs are canonical: scheme and host in lower case (recovery.keys.canonical_url).
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme.lower()}{sep}{host.lower()}{slash}{path}"
-
-
-class RemoteJobFilter(SearchFilterSet):
-    state = django_filters.ChoiceFilter(
-        method="filter_state",
-        choices=[("any", "any state"), *RemoteJobState.choices],
-        empty_label="needs a decision",
-    )
-    provider = django_filters.CharFilter(max_length=32)
-    run = django_filters.NumberFilter(field_name="run_id", min_value=1)
-    job = django_filters.NumberFilter(field_name="id", min_value=1, label="Job #")
-
-    class Meta:
-        model = RemoteJob
-        fields: list[str] = []
-
-    def filter_state(self, qs, name, value):
-        return qs if value == "any" else qs.filter(state=value)
-
-    def filter_queryset(self, queryset):
-        data = self.form.cleaned_data
-        # Default: what needs a decision; a search looks through every state.
-        if not data.get("state") and not data.get("q") and not data.get("job"):
-            queryset = queryset.filter(state__in=sorted(RECONCILE))
-        return super().filter_queryset(queryset)
-
-    def search(self, qs, name, value):
-        # Provider job ids are unique per provider: (provider, provider_job_id) index, once per
-        # known provider.
-        low, high = prefix_range(value)
-        return qs.filter(
-            provider__in=_providers(), provider_job_id__gte=low, provider_job_id__lt=high
-        )
-
-
-class OutboxFilter(SearchFilterSet):
-    state = django_filters.ChoiceFilter(choices=_blank(DeliveryState.choices), empty_label="any")
-    event_type = django_filters.ChoiceFilter(
-        choices=_blank(OutboxEvent.Kind.choices), empty_label="any"
-    )
-    run = django_filters.NumberFilter(field_name="run_id", min_value=1)
-
-    class Meta:
-        model = OutboxEvent
-        fields: list[str] = []
-
-    def search(self, qs, name, value):
-        # Event ids are the primary key: a pasted id (or its first characters) is a range on it.
-        hexdigits = value.replace("-", "").lower()
-        if not re.fullmatch(r"[0-9a-f]{1,32}", hexdigits):
-            return qs.none()
-        low = hexdigits.ljust(32, "0")
-        high = hexdigits.ljust(32, "f")
-        return qs.filter(pk__gte=_uuid(low), pk__lte=_uuid(high))
-
-
-def _uuid(hex32: str) -> str:
-    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
-
-
-class WorkerFilter(SearchFilterSet):
-    # recovery.liveness defines each status; blank shows the processes that may still run.
-    status = django_filters.ChoiceFilter(
-        method="filter_status",
-        choices=[*liveness.Status.choices, ("all", "any, gone too")],
-        empty_label="alive or stale",
-        label="Status",
-    )
-    kind = django_filters.ChoiceFilter(
-        choices=_blank(liveness.WorkerKind.choices), empty_label="any"
-    )
-
-    class Meta:
-        model = WorkerHeartbeat
-        fields: list[str] = []
-
-    def filter_status(self, qs, name, value):
-        return qs if value == "all" else qs.filter(liveness.status_q(value))
-
-    def filter_queryset(self, queryset):
-        if not self.form.cleaned_data.get("status") and not self.form.cleaned_data.get("q"):
-            queryset = queryset.exclude(liveness.status_q(liveness.Status.GONE))
-        return super().filter_queryset(queryset)
-
-    def search(self, qs, name, value):
-        low, high = prefix_range(value)
-        return qs.filter(worker__gte=low, worker__lt=high)
-
-
-class AuditFilter(SearchFilterSet):
-    actor = django_filters.CharFilter(max_length=150)
-    action = django_filters.CharFilter(max_length=64)
-    object_type = django_filters.CharFilter(max_length=64)
-    object_id = django_filters.CharFilter(max_length=100)
-
-    class Meta:
-        model = AuditEntry
-        fields: list[str] = []
-
-    def search(self, qs, name, value):
-        # The log is read newest first through its `at` index; a search narrows that scan.
-        return qs.filter(reason__icontains=value)
-
-
-class DatasetFilter(SearchFilterSet):
-    class Meta:
-        model = Dataset
-        fields: list[str] = []
-
-    def search(self, qs, name, value):
-        low, high = prefix_range(value)
-        return qs.filter(name__gte=low, name__lt=high)
-
-
-# --- exact keys: straight to the object ------------------------------------------------------
-
-
-def find_key(value: str, run: Run | None = None) -> str | None:
-    """The page of the object an exact key names, or None.
-
-    Every lookup is a unique-index probe: task_key, observation_key, (provider, provider_job_id);
-    inside a run also a URL (its task keys, one per page type) and an entity key (its
-    observation key).
-    """
-    value = value.strip()
-    if HEX_KEY.fullmatch(value):
-        task_id = Task.objects.filter(task_key=value).values_list("pk", flat=True).first()
-        if task_id is None:
-            task_id = (
-                Observation.objects.filter(observation_key=value)
-                .values_list("source_task_id", flat=True)
-                .first()
-            )
-        if task_id is not None:
-            return reverse("dashboard:task", args=[task_id])
-    job = (
-        RemoteJob.objects.filter(provider__in=_providers(), provider_job_id=value)
-        .values_list("pk", "state", "attempt__task_id")
-        .first()
-    )
-    if job is not None:
-        return reverse("dashboard:task", args=[job[2]])
-    if run is None:
-        return None
-    dataset = run.dataset.name
-    if "://" in value:
-        try:
-            canonical = keys.canonical_url(value)
-        except ValueError:
-            canonical = None
-        if canonical:
-            page_types = sorted((run.dataset.spec or {}).get("page_types", {}) or ["page"])
-            candidates = [
-                keys.task_key_from_canonical(dataset, canonical, run.window, p) for p in page_types
-            ]
-            task_ids = list(
-                Task.objects.filter(task_key__in=candidates).values_list("pk", flat=True)[:2]
-            )
-            if len(task_ids) == 1:
-                return reverse("dashboard:task", args=[task_ids[0]])
-    observation = keys.observation_key(dataset, value, run.window)
-    task_id = (
-        Observation.objects.filter(observation_key=observation)
-        .values_list("source_task_id", flat=True)
-        .first()
-    )
-    if task_id is not None:
-        return reverse("dashboard:task", args=[task_id])
-    return None
-
-
-def _providers() -> list[str]:
-    # A remote job's provider is its dataset's: the few distinct values of the small dataset
-    # table let the (provider, provider_job_id) unique index serve a search by job id alone.
-    return sorted(set(Dataset.objects.values_list("provider", flat=True)[:1000]))
-
-
-# --- lists -----------------------------------------------------------------------------------
+# The page sizes a list offers (`?size=`); keyset.PAGE_SIZE when none is given.
+PAGE_SIZES = (25, 50, 100, 200)
+# "N matching" is counted up to this many rows, then shown as "more than COUNT_CAP": the count
+# reads at most COUNT_CAP + 1 entries of the index the page itself reads (keyset.capped_count).
+# Measured on PostgreSQL 15 (a busy 2-core box), warm, a run of 100,000 tasks after another of
+# 100,000 (bench/dashboard.py's generate, ANALYZEd), EXPLAIN ANALYZE of the count: a run's whole
+# task list in URL order 13-23 ms (Index Scan of task_run_url_idx stopped by the LIMIT, 10,001
+# heap rows); in state order 5 ms (Index Only Scan of task_run_state_idx); a state or partition
+# filter 2 ms (their indexes, index-only); a URL prefix 0.3 ms, a URL "contains" search 3-4 ms
+# (the trigram index, then a sort of the few matches). No sequential scan of recovery_task.
+COUNT_CAP = 10_000
+# Parameters that choose a page, not rows: the export drops them (it writes every row).
+PAGE_PARAMS = ("after", "before", "size")
 
 
 @dataclass(frozen=True)
@@ -414,6 +87,8 @@ class Column:
 
     header: str
     path: str
+    # What a page would show of a free-text value (credentials removed), where it needs it.
+    clean: Callable[[str], str] | None = None
 
     def value(self, row: Any) -> str:
         value = row
@@ -423,7 +98,10 @@ class Column:
             return ""
         if hasattr(value, "isoformat"):
             return value.isoformat()
-        return neutralise(str(value))
+        text = str(value)
+        if self.clean is not None:
+            text = self.clean(text)
+        return neutralise(text)
 
 
 @dataclass(frozen=True)
@@ -437,6 +115,11 @@ class ListSpec:
     jump: bool = True  # an exact key in `q` redirects to its object
     # The default order for the current filters (None: the first usable sort).
     pick_default: Callable[[QueryDict], str] | None = None
+    # Parameters the view reads itself, beside the filterset's, the sort and the pager's.
+    view_params: tuple[str, ...] = ()
+
+    def known_params(self) -> set[str]:
+        return {"sort", *PAGE_PARAMS, *self.filterset.base_filters, *self.view_params}
 
     def default_sort(self, params: QueryDict) -> str:
         """The order an index serves best for the current filters."""
@@ -453,6 +136,11 @@ class Listing:
     sort: str
     rows: list[Any] = field(default_factory=list)
     next_cursor: str = ""
+    prev_cursor: str = ""
+    size: int = keyset.PAGE_SIZE
+    # Rows the filters and search select, counted up to COUNT_CAP (None: not counted).
+    matching: int | None = None
+    matching_capped: bool = False
     redirect: str | None = None
     status: int = 200
     export_path: str = ""  # this list's CSV URL ("" when it has none)
@@ -496,7 +184,7 @@ class Listing:
         target = f"-{column}" if self.sort == column else column
         if target not in self.spec.sorts:
             target = column if column in self.spec.sorts else f"-{column}"
-        return self.href(sort=target, after=None)
+        return self.href(sort=target, after=None, before=None)
 
     def sort_arrow(self, column: str) -> str:
         if self.sort == column:
@@ -507,18 +195,41 @@ class Listing:
 
     @property
     def next_href(self) -> str:
-        return self.href(after=self.next_cursor) if self.next_cursor else ""
+        return self.href(after=self.next_cursor, before=None) if self.next_cursor else ""
+
+    @property
+    def prev_href(self) -> str:
+        return self.href(before=self.prev_cursor, after=None) if self.prev_cursor else ""
 
     @property
     def first_href(self) -> str:
-        return self.href(after=None) if self.params.get("after") else ""
+        paged = self.params.get("after") or self.params.get("before")
+        return self.href(after=None, before=None) if paged else ""
+
+    def size_href(self, size: int) -> str:
+        """This list from its first page, `size` rows a page (the default leaves no `size=`)."""
+        value = "" if size == keyset.PAGE_SIZE else str(size)
+        return self.href(size=value, after=None, before=None)
+
+    @property
+    def size_links(self) -> list[tuple[int, str]]:
+        """(size, link) for each page size; the link is "" for the current one."""
+        return [(n, "" if n == self.size else self.size_href(n)) for n in PAGE_SIZES]
+
+    @property
+    def matching_text(self) -> str:
+        if self.matching is None:
+            return ""
+        if self.matching_capped:
+            return f"more than {self.matching:,} matching"
+        return f"{self.matching:,} matching"
 
     @property
     def export_href(self) -> str:
-        """The CSV of what the list shows: every page of it, so without the page cursor."""
+        """The CSV of what the list shows: every page of it, so without the page parameters."""
         if not self.export_path:
             return ""
-        return self.export_path + self.href(after=None).rstrip("?")
+        return self.export_path + self.href(**dict.fromkeys(PAGE_PARAMS)).rstrip("?")
 
     def rows_for_export(self, chunk: int = 500) -> Iterator[Any]:
         """Every row of the bound filterset in the list's order, one keyset page at a time."""
@@ -561,6 +272,12 @@ def bind(
     # Blank parameters (an empty filter box) are dropped so links never carry `key=`.
     for key in [k for k, v in params.lists() if not any(v)]:
         del params[key]
+    # A parameter no list reads would be silently ignored, and the page would show rows its
+    # address says it does not: a typo or a stale link is refused, naming it.
+    unknown = sorted(set(params) - spec.known_params())
+    if unknown:
+        known = ", ".join(sorted(spec.known_params()))
+        raise BadList(f"unknown parameter {unknown[0]!r} for this list (known: {known})")
     sort = params.get("sort") or spec.default_sort(params)
     if sort not in spec.sorts:
         raise BadList(f"unknown sort {sort!r} (known: {', '.join(spec.sorts)})")
@@ -574,6 +291,7 @@ def bind(
     filterset = spec.filterset(params, queryset=queryset)
     filterset.form.fields["q"].widget.attrs.update(placeholder=spec.search_help)
     listing = Listing(spec=spec, params=params, filterset=filterset, sort=sort)
+    listing.size = _page_size(params)
     listing.export_path = _export_path(request)
     if not filterset.is_valid():
         listing.status = 400
@@ -585,10 +303,30 @@ def bind(
         listing.redirect = find_key(q, run)
         if listing.redirect:
             return listing
-    page = keyset.page(filterset.qs, params.get("after"), order=spec.sorts[sort].order)
+    page = keyset.page(
+        filterset.qs,
+        params.get("after"),
+        before=params.get("before"),
+        order=spec.sorts[sort].order,
+        size=listing.size,
+    )
     listing.rows = page.rows
     listing.next_cursor = page.next_cursor
+    listing.prev_cursor = page.prev_cursor
+    listing.matching, listing.matching_capped = keyset.capped_count(
+        filterset.qs, COUNT_CAP, spec.sorts[sort].order
+    )
     return listing
+
+
+def _page_size(params: QueryDict) -> int:
+    raw = params.get("size")
+    if raw is None:
+        return keyset.PAGE_SIZE
+    allowed = {str(size): size for size in PAGE_SIZES}
+    if raw not in allowed:
+        raise BadList(f"unknown page size {raw!r} for 'size' (known: {', '.join(allowed)})")
+    return allowed[raw]
 
 
 def _export_path(request: HttpRequest) -> str:
@@ -635,7 +373,8 @@ def _newest(label: str = "Newest") -> dict[str, Sort]:
 def _columns(*pairs: str) -> tuple[Column, ...]:
     """Column("a", "a"), ... from "a", "b", or "header=path" where they differ."""
     return tuple(
-        Column(*pair.split("=", 1)) if "=" in pair else Column(pair, pair) for pair in pairs
+        Column(header, path or header)
+        for header, _, path in (pair.partition("=") for pair in pairs)
     )
 
 
@@ -681,8 +420,8 @@ def _task_default(params: QueryDict) -> str:
     if params.get("q"):
         # A search is a URL range (or trigram matches): URL order reads the range in order.
         return "url"
-    if params.get("state"):
-        return "id"
+    if params.get("state") or params.get("batch"):
+        return "id"  # a batch's tasks: a few, read through task_batch_idx, then in id order
     return "state" if params.get("partition") else "url"
 
 
@@ -698,6 +437,24 @@ TASK_COLUMNS = _columns(
     "http_status=last_http_status",
     "state_changed_at",
 )
+
+
+def task_rows(run: Run) -> QuerySet:
+    """A run's tasks, reading only the fields the task lists show and export."""
+    return Task.objects.filter(run=run).only(
+        "pk",
+        "run_id",
+        "url",
+        "state",
+        "partition",
+        "page_type",
+        "attempt_count",
+        "last_error_class",
+        "last_http_status",
+        "state_changed_at",
+    )
+
+
 TASKS = ListSpec(
     "tasks",
     TaskFilter,
@@ -719,6 +476,7 @@ QUARANTINE_TASKS = ListSpec(
     TASK_COLUMNS,
     prepare=_url_key,
     search_help=TASKS.search_help,
+    view_params=("state",),  # quarantined (default) or dead: the view picks the base rows
 )
 RECONCILE_LIST = ListSpec(
     "reconcile",
@@ -809,5 +567,82 @@ DATASETS = ListSpec(
     },
     _columns("name", "provider", "spec_sha256", "auto_accept", "created_at", "updated_at"),
     search_help="dataset name or its beginning",
+    jump=False,
+)
+# Incidents newest first through incident_time_idx (occurred_at, id); a provider or a run
+# filter reads incident_provider_idx or incident_run_idx in the same order.
+INCIDENTS = ListSpec(
+    "incidents",
+    IncidentFilter,
+    {
+        "-at": Sort("Newest", keyset.Order(("occurred_at", "id"), descending=True)),
+        "at": Sort("Oldest", keyset.Order(("occurred_at", "id"), descending=False)),
+    },
+    _columns(
+        "incident=pk",
+        "occurred_at",
+        "provider",
+        "source",
+        "outcome",
+        "http_status",
+        "method",
+        "endpoint",
+        "run=run_id",
+        "job=remote_job_id",
+        "attempt=attempt_id",
+        "task=task_id",
+        "detail",
+        "body_truncated",
+        "response_body",
+    ),
+    search_help="words of the detail or the endpoint",
+    jump=False,
+)
+
+
+def _dataset_name(qs: QuerySet) -> QuerySet:
+    return qs.annotate(dataset_name=F("dataset__name"))
+
+
+# Schedules by dataset name then schedule name (unique together: dataset names are unique, and
+# so is a schedule's name in its dataset): the dataset name index in order, then each dataset's
+# schedules (on PostgreSQL an incremental sort, one dataset at a time). By schedule name through
+# schedule_name_idx (name, id); newest by the primary key.
+SCHEDULES = ListSpec(
+    "schedules",
+    ScheduleFilter,
+    {
+        "dataset": Sort("Dataset", keyset.Order(("dataset_name", "name"), descending=False)),
+        "-dataset": Sort("Dataset, descending", keyset.Order(("dataset_name", "name"))),
+        "name": Sort("Schedule", keyset.Order(("name", "id"), descending=False)),
+        "-name": Sort("Schedule, descending", keyset.Order(("name", "id"))),
+        **_newest(),
+    },
+    # Not the manifest source: it may be a URL with a user, password or token in it. The last
+    # error quotes that URL, so it is exported with the URL's credentials removed.
+    (
+        *_columns(
+            "schedule=pk",
+            "dataset=dataset.name",
+            "name",
+            "kind",
+            "at_time",
+            "weekday",
+            "cron",
+            "time_zone",
+            "window_format",
+            "catch_up",
+            "catch_up_max",
+            "paused",
+            "paused_at",
+            "last_window",
+            "last_run=last_run_id",
+            "failures",
+        ),
+        Column("last_error", "last_error", clean=public_text),
+        *_columns("retry_at", "created_at", "updated_at"),
+    ),
+    prepare=_dataset_name,
+    search_help="dataset or schedule name, or its beginning",
     jump=False,
 )

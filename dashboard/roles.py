@@ -30,6 +30,7 @@ VIEWED_MODELS = (
     "workerheartbeat",
     "triagenote",
     "schedule",
+    "incident",
 )
 
 OPERATOR_PERMS = [f"view_{model}" for model in VIEWED_MODELS] + [
@@ -50,6 +51,9 @@ ADMIN_PERMS = [
     "delete_schedule",
 ]
 EXPORTER_PERMS = ["export_dataset"]
+# Permissions of the consumers app (recovery.consumers: API tokens), by role.
+CONSUMERS_PERMS: dict[str, list[str]] = {ADMIN: ["manage_api_tokens"]}
+APPS = ("recovery", "consumers")
 
 ROLES: dict[str, list[str]] = {
     OPERATOR: OPERATOR_PERMS,
@@ -65,7 +69,7 @@ def sync_roles(apps, using: str = "default") -> None:
     # Permissions are normally created after migrate; a data migration must create them first.
     # A migration-state app config has no models_module, which create_permissions would skip.
     for app_config in apps.get_app_configs():
-        if app_config.label not in {"recovery", "contenttypes", "auth"}:
+        if app_config.label not in {*APPS, "contenttypes", "auth"}:
             continue
         original = getattr(app_config, "models_module", None)
         app_config.models_module = original or True
@@ -80,7 +84,9 @@ def sync_roles(apps, using: str = "default") -> None:
         group, _ = Group.objects.using(using).get_or_create(name=role)
         perms = Permission.objects.using(using).filter(
             content_type__app_label="recovery", codename__in=codenames
+        ) | Permission.objects.using(using).filter(
+            content_type__app_label="consumers", codename__in=CONSUMERS_PERMS.get(role, [])
         )
-        # Keep any permission granted by hand outside the recovery app; own the recovery ones.
-        kept = group.permissions.exclude(content_type__app_label="recovery")
+        # Keep any permission granted by hand outside our apps; own the ones of our apps.
+        kept = group.permissions.exclude(content_type__app_label__in=APPS)
         group.permissions.set([*kept, *perms])

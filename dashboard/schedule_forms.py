@@ -2,7 +2,7 @@
 
 The form only lays the command's options out as fields and composes them back into the
 command's values (`--daily 06:00`, `--weekly 'mon 06:00'`, `--catch-up each:7`); every rule
-is recovery.schedules.check_settings, the function the command calls, and each refusal it
+is recovery.intake.schedules.check_settings, the function the command calls, and each refusal it
 names is shown beside the field it is about.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings as django_settings
 
-from recovery import schedules
+from recovery.intake import schedules
 from recovery.models import Dataset, Schedule
 
 # The engine's field names (ScheduleError.field) -> this form's fields.
@@ -26,6 +26,8 @@ FIELDS = {
     "catch_up": "catch_up",
     "name": "name",
     "dataset": "dataset",
+    "from": "start",
+    "to": "stop",
 }
 
 
@@ -81,7 +83,10 @@ class ScheduleForm(forms.Form):
         label="N (each: the most missed windows made at once, 1 to 366)",
         widget=forms.NumberInput(attrs={"min": 1, "max": 366}),
     )
-    paused = forms.BooleanField(required=False, label="Paused (makes no run until resumed)")
+    paused = forms.BooleanField(
+        required=False,
+        label="Paused (windows due until it is resumed are skipped: no run is made for them)",
+    )
 
     def __init__(self, *args, schedule: Schedule | None = None, **kwargs) -> None:
         self.schedule = schedule
@@ -154,3 +159,29 @@ def initial(schedule: Schedule) -> dict[str, object]:
         "catch_up_max": schedule.catch_up_max if schedule.catch_up == "each" else "",
         "paused": schedule.paused,
     }
+
+
+class BackfillForm(forms.Form):
+    """The browser's `manage.py schedule backfill DATASET NAME --from ... --to ...`: the range
+    is read and checked by recovery.intake.backfill.plan, whose refusals show beside it."""
+
+    start = forms.CharField(
+        max_length=32,
+        label="From",
+        help_text="a date (2026-11-01) or date and time (2026-11-01T06:00), in the schedule's zone",
+    )
+    stop = forms.CharField(
+        max_length=32,
+        label="To",
+        help_text="a date (that whole day) or date and time (included); at most now",
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "reason (optional)"}),
+        help_text="recorded in the audit log",
+    )
+
+    def refuse(self, error: schedules.ScheduleError) -> None:
+        field = FIELDS.get(error.field)
+        self.add_error(field if field in self.fields else None, str(error))

@@ -1,25 +1,28 @@
 """Schedules in the browser: every dataset's recurring collections, their last and next windows
 and last error (operators); admins add, edit, pause/resume and remove them. Each change is one
-call of the command line's engine function (recovery.schedules: create, change, set_paused,
-remove), checked by the command's rules and written to the audit log there."""
+call of the command line's engine function (recovery.intake.schedules: create, change, set_paused,
+remove), checked by the command's rules and written to the audit log there; pausing or resuming
+the selected schedules is one call of recovery.intake.pausing, which makes the same calls."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard import engine
-from dashboard.forms import ReasonForm
+from dashboard import bulk, engine, lists
+from dashboard.forms import OptionalReasonForm, ReasonForm
 from dashboard.schedule_forms import ScheduleForm
-from recovery import confirmations, schedules
+from recovery import attention
+from recovery.intake import pausing, schedules
 from recovery.models import Schedule
-
-MAX_ROWS = 500
+from recovery.quality import confirmations
 
 
 def _actor(request: HttpRequest) -> str:
@@ -27,21 +30,32 @@ def _actor(request: HttpRequest) -> str:
 
 
 def _listed(schedule: Schedule) -> str:
-    return reverse("dashboard:schedules") + f"#schedule-{schedule.pk}"
+    # The list pages: filtered to the schedule's dataset, the row is on the first page (as the
+    # dataset page links it) rather than on whichever page the whole list puts it.
+    query = urlencode({"dataset": schedule.dataset.name})
+    return reverse("dashboard:schedules") + f"?{query}#schedule-{schedule.pk}"
 
 
 @login_required
 @require_GET
 @permission_required("recovery.view_schedule", raise_exception=True)
-def schedule_list(request: HttpRequest) -> HttpResponse:
-    listed = Schedule.objects.select_related("dataset", "last_run").order_by(
-        "dataset__name", "name"
-    )
-    dataset = request.GET.get("dataset", "")
-    if dataset:
-        listed = listed.filter(dataset__name=dataset)
-    rows = schedules.overview(listed[:MAX_ROWS], timezone.now())
-    return render(request, "dashboard/schedules.html", {"rows": rows, "dataset": dataset})
+def schedule_list(
+    request: HttpRequest, export: bool = False
+) -> HttpResponse | StreamingHttpResponse:
+    """The schedules (dashboard.lists.SCHEDULES: filters, search, sorts, keyset pages, CSV); the
+    windows and the overdue check are worked out for the rows of this page only."""
+    qs = Schedule.objects.select_related("dataset", "last_run")
+    if export:
+        return lists.export_csv(request, lists.SCHEDULES, qs, "schedules")
+    listing = lists.bind(request, lists.SCHEDULES, qs)
+    context = {
+        "listing": listing,
+        "rows": schedules.overview(listing.rows, timezone.now()),
+        "dataset": listing.params.get("dataset", ""),
+        "overdue": listing.params.get("needs") == attention.OVERDUE_SCHEDULES,
+        "bulk_actions": bulk.SCHEDULE_ACTIONS,
+    }
+    return render(request, "dashboard/schedules.html", context, status=listing.status)
 
 
 @login_required
@@ -153,3 +167,53 @@ def schedule_remove(request: HttpRequest, schedule_id: int) -> HttpResponse:
     if ok:
         messages.success(request, f"Schedule {schedule} removed; its runs stay.")
     return redirect("dashboard:schedules")
+
+
+@login_required
+@require_POST
+@permission_required("recovery.change_schedule", raise_exception=True)
+def schedules_bulk(request: HttpRequest) -> HttpResponse:
+    """Pause or resume the selected schedules after a confirmation with the count: each as its
+    own Pause/Resume button would (one audit entry each), all or none."""
+    chosen = bulk.read(request)
+    back = bulk.back(reverse("dashboard:schedules"), chosen)
+    if chosen.action not in dict(bulk.SCHEDULE_ACTIONS) or not chosen.ids:
+        messages.error(request, "Select schedules and an action first.")
+        return redirect(back)
+    pause = chosen.action == "pause"
+    done = "paused" if pause else "resumed"
+    form = OptionalReasonForm(request.POST if chosen.confirmed else None)
+    if chosen.confirmed and form.is_valid():
+        ok, changed = engine.call(
+            request,
+            pausing.set_paused_many,
+            chosen.ids,
+            pause,
+            actor=_actor(request),
+            reason=form.cleaned_data["reason"],
+            expected=chosen.expected,
+        )
+        if ok:
+            messages.success(request, f"{bulk.counted(changed, 'schedule')} {done}.")
+            return redirect(back)
+    ok, changing = engine.call(request, pausing.to_change, chosen.ids, pause)
+    if not ok:
+        return redirect(back)
+    found = {str(s.pk) for s in changing}
+    verb = "Pause" if pause else "Resume"
+    shown = bulk.Page(
+        title=f"{verb} {bulk.counted(len(changing), 'schedule')}?",
+        count=len(changing),
+        noun=bulk.noun(len(changing), "schedule"),
+        consequence=confirmations.pause_selected(len(changing), pause),
+        rows=[bulk.Row(str(s), _listed(s), schedules.describe(s)["recurrence"]) for s in changing],
+        skipped=[
+            f"schedule #{pk} is {done} already (or was removed)"
+            for pk in chosen.ids
+            if pk not in found
+        ],
+        button=f"Yes, {verb.lower()} {bulk.counted(len(changing), 'schedule')}",
+        back=back,
+        fields=form,
+    )
+    return bulk.page(request, chosen, shown)

@@ -3,7 +3,7 @@
 An upload is refused before its body is read when the request says it is too big
 (Content-Length), and while it streams when it grows past the cap anyway (a chunked or lying
 client). Files always go to a temporary file, so a 100,000-line manifest streams to disk and
-recovery.manifests reads it from there exactly as `createrun` reads a path.
+recovery.intake.manifests reads it from there exactly as `createrun` reads a path.
 
 Views that set handlers must run before the CSRF check reads the body (Django's rule), so they
 are csrf_exempt on the outside and csrf_protect inside, after `accept()`.

@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import Exists, OuterRef
 
-from recovery import models, row_states
+from recovery import models
+from recovery.states import row_states
 
 
 class RawRecordAdmin(admin.ModelAdmin):
@@ -64,7 +65,7 @@ class AttemptAdmin(RawRecordAdmin):
 
 
 class VerdictFilter(admin.ChoicesFieldListFilter):
-    """The stored verdict, named as such: a held row keeps its verdict (recovery.row_states)."""
+    """The stored verdict, named as such: a held row keeps its verdict (quality.row_states)."""
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         super().__init__(field, request, params, model, model_admin, field_path)
@@ -134,6 +135,13 @@ class WebhookReceiptAdmin(RawRecordAdmin):
     raw_id_fields = ("job",)
 
 
+@admin.register(models.Incident)
+class IncidentAdmin(RawRecordAdmin):
+    list_display = ("id", "occurred_at", "provider", "source", "http_status", "outcome")
+    list_filter = ("provider", "source")
+    raw_id_fields = ("run", "remote_job", "attempt", "task")
+
+
 @admin.register(models.RunPartition)
 class RunPartitionAdmin(RawRecordAdmin):
     list_display = ("id", "run_id", "name", "quarantined", "reviewed_by")
@@ -177,3 +185,31 @@ class ScheduleAdmin(RawRecordAdmin):
     list_display = ("id", "dataset", "name", "kind", "paused", "last_window", "retry_at")
     list_filter = ("kind", "paused")
     raw_id_fields = ("dataset", "last_run")
+
+
+@admin.register(models.LatestObservation)
+class LatestObservationAdmin(RawRecordAdmin):
+    list_display = ("id", "dataset_id", "entity_key", "window", "run_id", "observation_key")
+    raw_id_fields = ("dataset", "run", "observation")
+
+
+@admin.register(models.HostSlot)
+class HostSlotAdmin(RawRecordAdmin):
+    list_display = ("host", "next_free", "last_start", "last_granted")
+
+
+@admin.register(models.HostSeat)
+class HostSeatAdmin(RawRecordAdmin):
+    list_display = ("host", "seat", "holder", "held_until")
+
+
+@admin.register(models.RobotsState)
+class RobotsStateAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id")
+    raw_id_fields = ("run",)
+
+
+@admin.register(models.ListingTotal)
+class ListingTotalAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "page_type", "stated", "found", "checked_at")
+    raw_id_fields = ("run",)

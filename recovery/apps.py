@@ -8,7 +8,7 @@ class RecoveryConfig(AppConfig):
     def ready(self) -> None:
         from django_q.signals import post_spawn, pre_execute
 
-        from recovery import liveness, outage
+        from recovery.ops import liveness, outage
 
         # Each django-q2 worker process beats from its own thread, idle or busy.
         post_spawn.connect(liveness.on_qcluster_worker_spawn, dispatch_uid="salvage-heartbeat")

@@ -9,7 +9,7 @@ during them; overlapped, the commit's server time hides the next claim and execu
 One commit is outstanding at most: `submit` is called only after `wait` has collected the
 previous one, so a worker holds at most two batches (one committing, one running). A commit
 that raised re-raises from `wait` in the loop's thread, where the loop's own error handling
-(recovery.outage) sees it as before. Django connections belong to their thread, so this
+(recovery.ops.outage) sees it as before. Django connections belong to their thread, so this
 thread's connection is checked before every commit and closed by `close`.
 """
 
@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 
 from django import db
 
-from recovery import outage
+from recovery.ops import outage
 
 T = TypeVar("T")
 

@@ -31,8 +31,11 @@ from django import db
 from django.conf import settings
 from django.db import connection, transaction
 
-from recovery import acceptance_steps, counters, outage, remote, schedules
-from recovery.leases import CLAIMABLE_SQL
+from recovery import counters, remote
+from recovery.intake import schedule_runs
+from recovery.leases import due_sql
+from recovery.ops import outage
+from recovery.quality import acceptance_steps
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +47,14 @@ COMPACT_MIN_ROWS = 200
 # The tick's other work, written out: fn() -> number of wake-ups it sent, called inside the
 # tick's transaction. Acceptance and outbox: wake advance_runs / deliver_due when runs are
 # ready or events are due. Remote jobs: wake poll_remote_jobs to send, reap and poll.
-# Schedules: after the tick commits, create the runs whose windows are due.
-TICK_HOOKS: tuple[Callable[[], int], ...] = (
+WAKE_HOOKS: tuple[Callable[[], int], ...] = (
     acceptance_steps.dispatch_hook,
     remote.dispatch_hook,
-    schedules.dispatch_hook,
 )
+# Work the dispatcher does itself, whoever executes the tasks. Schedules: after the tick
+# commits, create the runs whose windows are due.
+OWN_HOOKS: tuple[Callable[[], int], ...] = (schedule_runs.dispatch_hook,)
+TICK_HOOKS = WAKE_HOOKS + OWN_HOOKS
 
 
 def _uses_orm_broker() -> bool:
@@ -58,14 +63,9 @@ def _uses_orm_broker() -> bool:
 
 def due_count(cap: int) -> int:
     """How many tasks are claimable now (database clock), counting at most `cap`."""
-    if connection.vendor == "postgresql":
-        now = "statement_timestamp()"
-    else:
-        now = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '999')"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM recovery_task WHERE state IN {CLAIMABLE_SQL} "
-            f"AND next_attempt_at <= {now} LIMIT %s) AS due",
+            f"SELECT count(*) FROM (SELECT 1 FROM recovery_task WHERE {due_sql()} LIMIT %s) AS due",
             [cap],
         )
         return cursor.fetchone()[0]
@@ -102,8 +102,15 @@ class TickResult:
         return self.sent > 0
 
 
-def tick(*, batch_size: int | None = None, max_waiting: int | None = None) -> TickResult:
-    """One dispatcher step: enqueue wake-ups for due work; truthy when it sent any."""
+def tick(
+    *, batch_size: int | None = None, max_waiting: int | None = None, wakeups: bool = True
+) -> TickResult:
+    """One dispatcher step: enqueue wake-ups for due work; truthy when it sent any.
+
+    `wakeups=False` (`dispatch --no-wakeups`) is for a deployment of `manage.py work`
+    processes and no qcluster: they claim, advance runs and poll remote jobs by themselves,
+    and a wake-up no cluster reads would stay in the ORM broker's table for ever. The tick
+    then only runs OWN_HOOKS (schedules)."""
     batch_size = batch_size or settings.SALVAGE_CLAIM_BATCH
     max_waiting = max_waiting or settings.SALVAGE_DISPATCH_MAX_WAITING
     result = TickResult()
@@ -111,14 +118,15 @@ def tick(*, batch_size: int | None = None, max_waiting: int | None = None) -> Ti
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
-        result.due = due_count(max_waiting * batch_size)
+        if wakeups:
+            result.due = due_count(max_waiting * batch_size)
         if result.due:
             result.waiting = waiting_wakeups()
             wanted = min(math.ceil(result.due / batch_size), max_waiting)
             result.sent = max(0, wanted - result.waiting)
             if result.sent:
                 _enqueue(result.sent, batch_size)
-        for hook in TICK_HOOKS:
+        for hook in TICK_HOOKS if wakeups else OWN_HOOKS:
             result.sent += hook() or 0
     return result
 
@@ -148,6 +156,7 @@ def run_dispatcher(
     tick_seconds: float | None = None,
     compact_seconds: float | None = None,
     batch_size: int | None = None,
+    wakeups: bool = True,
 ) -> int:
     """The `manage.py dispatch` loop; returns the number of wake-ups sent."""
     stop = stop or threading.Event()
@@ -162,7 +171,7 @@ def run_dispatcher(
 
     def one_tick() -> int:
         nonlocal last_compact
-        done = tick(batch_size=batch_size).sent
+        done = tick(batch_size=batch_size, wakeups=wakeups).sent
         if time.monotonic() - last_compact >= compact_seconds:
             compact_busy_runs()
             last_compact = time.monotonic()

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from recovery import artefacts
-from recovery.providers.base import ErrorClass
+from recovery.keys import valid_artefact_name
+from recovery.outcomes import ErrorClass
 
 
 class Action(enum.StrEnum):
@@ -48,12 +48,17 @@ ROW_UNCERTAIN = "Uncertain destination write"
 ROW_BUDGET = "Retry budget exhausted"
 # Classes the seed does not name; each needs a change by a human before another try helps.
 ROW_LOCAL = "Refused or unusable response (not in the seed table: needs a human)"
-# Not fetched at all: the site's robots.txt refuses the URL (recovery.robots). Terminal until a
+# Not fetched at all: the site's robots.txt refuses the URL (fetch.robots). Terminal until a
 # human changes the manifest or opts the dataset out with a reason.
 ROW_ROBOTS = "Disallowed by the site's robots.txt (not in the seed table: never fetched)"
 # A page whose workers keep dying on it (recovery.leases: the crash budget): running it again
 # would only kill more workers.
 ROW_CRASH_LOOP = "Worker killed on the page every time (not in the seed table: a poison page)"
+# The site's robots.txt stayed unreachable (5xx, 429, network) past SALVAGE_ROBOTS_UNREACHABLE_
+# LIMIT while its pages waited (fetch.robots, RFC 9309 2.3.1.3): their budget of waiting is spent.
+ROW_ROBOTS_UNREACHABLE = (
+    "robots.txt unreachable past its bound (not in the seed table: never fetched, RFC 9309)"
+)
 
 SEED_ROWS = (
     ROW_NETWORK,
@@ -73,6 +78,11 @@ RETRY_TABLE: dict[ErrorClass, Rule] = {
     ErrorClass.SERVER: Rule(Action.RETRY, ROW_5XX),
     ErrorClass.RATE_LIMITED: Rule(Action.RETRY, ROW_429, honours_retry_after=True),
     ErrorClass.ACCESS: Rule(Action.QUARANTINE, ROW_ACCESS),
+    # A 401/403 not yet persistent: retried `refusal_retries` times, `refusal_retry_seconds`
+    # apart (the provider's interval, sent as Outcome.retry_after), then the provider reports
+    # ACCESS (recovery.providers.direct.auth_verdict). These retries are attempts: max_attempts
+    # and max_elapsed_seconds bound them too (spent first, the task is dead, as any retry).
+    ErrorClass.AUTH_REFUSED: Rule(Action.RETRY, ROW_ACCESS),
     ErrorClass.LOGIN: Rule(Action.QUARANTINE, ROW_ACCESS),
     ErrorClass.CHALLENGE: Rule(Action.QUARANTINE, ROW_ACCESS),
     ErrorClass.NOT_FOUND: Rule(Action.GONE, ROW_GONE),
@@ -91,6 +101,9 @@ RETRY_TABLE: dict[ErrorClass, Rule] = {
     ErrorClass.ROBOTS_DISALLOWED: Rule(Action.QUARANTINE, ROW_ROBOTS),
     ErrorClass.WORKER_CRASH_LOOP: Rule(Action.QUARANTINE, ROW_CRASH_LOOP),
     ErrorClass.SITEMAP_INVALID: Rule(Action.QUARANTINE, ROW_SELECTOR),
+    # Only the final verdict: while robots.txt is within its bound the page is deferred
+    # (Outcome.deferred), which never reaches this table.
+    ErrorClass.ROBOTS_UNREACHABLE: Rule(Action.DEAD, ROW_ROBOTS_UNREACHABLE),
 }
 
 # Actions after which the task waits and is claimed again (the budgets apply to these).
@@ -108,11 +121,10 @@ def rule_for(error_class: ErrorClass | str) -> Rule:
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Full jitter: random(0, min(cap, base * 2**attempt)) seconds (AWS "Exponential Backoff
     And Jitter"): spreads the retries of many tasks that failed together."""
-    rng = rng or random
     attempt = max(0, attempt)
     # 2**attempt overflows floats near 1024; past 62 doublings any sane cap is reached anyway.
     ceiling = cap if attempt > 62 else min(cap, base * (2**attempt))
-    return rng.uniform(0, max(0.0, ceiling))
+    return (rng or random).uniform(0, max(0.0, ceiling))
 
 
 # ASCII digits only: RFC 9110 DIGIT is 0-9, and \d would also accept e.g. Arabic-Indic digits.
@@ -161,6 +173,7 @@ def parse_retry_after(value: Any, now: datetime, cap: float | None = None) -> fl
 # --- artefacts ---------------------------------------------------------------------------------
 
 # Header names never stored (guarantee 11: secrets never reach the database).
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 )
@@ -168,7 +181,8 @@ _SECRET_WORDS = ("token", "secret", "password", "session", "auth", "apikey", "ap
 BODY_EXCERPT_CHARS = 2000
 
 
-def _is_secret_header(name: str) -> bool:
+def is_secret_header(name: str) -> bool:
+    """A header whose value is a credential or a session (never stored, anywhere)."""
     lowered = name.lower()
     return lowered in _SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
 
@@ -194,7 +208,7 @@ def sanitise_artefact(
     headers = artefact.get("headers")
     if isinstance(headers, dict):
         clean["headers"] = {
-            str(k): str(v)[:500] for k, v in headers.items() if not _is_secret_header(str(k))
+            str(k): str(v)[:500] for k, v in headers.items() if not is_secret_header(str(k))
         }
     elif isinstance(headers, list):
         clean["headers"] = {
@@ -202,7 +216,7 @@ def sanitise_artefact(
             for pair in headers
             if isinstance(pair, list | tuple)
             and len(pair) == 2
-            and not _is_secret_header(str(pair[0]))
+            and not is_secret_header(str(pair[0]))
         }
     body = artefact.get("body_excerpt")
     if body is not None:
@@ -212,9 +226,9 @@ def sanitise_artefact(
     for key in ("file", "reason", "content_type", "screenshot_skipped"):
         if key in artefact and artefact[key] is not None:
             clean[key] = _no_nul(str(artefact[key])[:1000])
-    # Triage files of the browser provider (recovery.artefacts): content-hash names only.
+    # Triage files of the browser provider (recovery.fetch.artefacts): content-hash names only.
     for key, suffix in (("screenshot", "png"), ("rendered_html", "html")):
-        if artefacts.valid_name(artefact.get(key), suffix):
+        if valid_artefact_name(artefact.get(key), suffix):
             clean[key] = artefact[key]
     crashes = artefact.get("worker_crashes")
     if isinstance(crashes, list):
@@ -224,7 +238,7 @@ def sanitise_artefact(
             for item in crashes[:50]
             if isinstance(item, dict)
         ]
-    # A sitemap file's counts (recovery.sitemaps): numbers and its kind, nothing else.
+    # A sitemap file's counts (recovery.fetch.sitemaps): numbers and its kind, nothing else.
     sitemap = artefact.get("sitemap")
     if isinstance(sitemap, dict):
         clean["sitemap"] = {
@@ -233,6 +247,18 @@ def sanitise_artefact(
             if (isinstance(v, int) and not isinstance(v, bool))
             or (k == "kind" and v in ("urlset", "sitemapindex"))
         }
+    archive = artefact.get("archive")
+    if isinstance(archive, dict):
+        # The page archive's pointer (recovery.archive): a content-hash name, where the page
+        # came from, or why it was not stored.
+        kept: dict[str, Any] = {}
+        if isinstance(archive.get("sha256"), str) and _SHA256.match(archive["sha256"]):
+            kept["sha256"] = archive["sha256"]
+        if archive.get("source") in ("fetched", "archive"):
+            kept["source"] = archive["source"]
+        if archive.get("skipped"):
+            kept["skipped"] = _no_nul(str(archive["skipped"])[:300])
+        clean["archive"] = kept
     refused = artefact.get("refused")
     if isinstance(refused, list):
         clean["refused"] = [str(item)[:600] for item in refused[:20]]

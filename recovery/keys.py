@@ -179,3 +179,12 @@ def observation_key(dataset: str, entity_key: str, window: str) -> str:
 def payload_hash(payload_json: str) -> str:
     """Hash of a payload's canonical JSON (sorted keys), kept to detect real changes."""
     return hashlib.sha256(payload_json.encode("utf-8")).hexdigest()
+
+
+# Triage files (recovery.fetch.artefacts) are named by the SHA-256 of their content; a name that
+# does not match is never opened, so an attempt's JSON cannot point outside the directory.
+ARTEFACT_NAME = re.compile(r"^[0-9a-f]{64}\.(png|html)$")
+
+
+def valid_artefact_name(name: object, suffix: str) -> bool:
+    return isinstance(name, str) and bool(ARTEFACT_NAME.match(name)) and name.endswith("." + suffix)

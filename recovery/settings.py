@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from recovery.allowlist import parse_networks
+from recovery.fetch.allowlist import parse_networks
+from recovery.ops.commandline import help_only
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,6 +71,14 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
 
+def _without_password(parts: SplitResult) -> str:
+    """A URL as it may be shown: any password replaced by ***."""
+    if parts.password is None:
+        return parts.geturl()
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+
 def database_from_url(url: str, data_dir: Path) -> dict:
     """Turn DATABASE_URL into a Django DATABASES entry (postgres:// or sqlite:///abs/path)."""
     if not url:
@@ -91,8 +101,10 @@ def database_from_url(url: str, data_dir: Path) -> dict:
     if parts.scheme == "sqlite":
         if parts.netloc:
             # sqlite://var/db would otherwise silently become /db (the "var" is a host part).
+            # Named without its password: the message reaches terminals and logs.
             raise ImproperlyConfigured(
-                f"DATABASE_URL {url!r}: use sqlite:///absolute/path (three slashes)"
+                f"DATABASE_URL {_without_password(parts)!r}: use sqlite:///absolute/path "
+                "(three slashes)"
             )
         path = unquote(parts.path)
         if not path.startswith("/"):
@@ -130,12 +142,17 @@ def sqlite_database(path: Path) -> dict:
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG and not env_bool("SALVAGE_INSECURE_DEV_KEY", False):
+    # `manage.py help`, `manage.py COMMAND --help` and `--version` print usage and serve
+    # nothing: they need no key (read from the command line, never from the environment).
+    if help_only(sys.argv):
+        SECRET_KEY = "help-only-no-key-needed"
+    elif not DEBUG and not env_bool("SALVAGE_INSECURE_DEV_KEY", False):
         raise ImproperlyConfigured(
             "SECRET_KEY must be set when DEBUG is off "
             "(the demo and tests set DEBUG=1 or SALVAGE_INSECURE_DEV_KEY=1)"
         )
-    SECRET_KEY = "insecure-dev-key-not-for-production"
+    else:
+        SECRET_KEY = "insecure-dev-key-not-for-production"
 
 DATA_DIR = Path(env_str("SALVAGE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
@@ -153,6 +170,11 @@ INSTALLED_APPS = [
     "recovery",
     "django_q",
     "dashboard",
+    # The pull API (api/, docs/api.md): Django REST framework, its OpenAPI document, and the
+    # engine's API tokens and change feed (their own app: recovery/consumers/).
+    "rest_framework",
+    "drf_spectacular",
+    "recovery.consumers",
 ]
 
 MIDDLEWARE = [
@@ -163,9 +185,17 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # The viewer's time zone for the page (a user setting; UTC until set).
+    "dashboard.viewer_zone.ViewerTimeZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A strict Content-Security-Policy header on every page (no inline script).
     "dashboard.middleware.ContentSecurityPolicyMiddleware",
+    # A page that meets a database outage answers a styled 503, one log line per outage.
+    "dashboard.middleware.DatabaseOutageMiddleware",
+    # An empty 405 (require_POST refusing a GET) answers the styled 405 page.
+    "dashboard.middleware.MethodNotAllowedPageMiddleware",
+    # A NUL in a query parameter is a 400 before any query (PostgreSQL refuses NUL in text).
+    "dashboard.middleware.RefuseNulMiddleware",
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -243,22 +273,27 @@ CACHES = {
     }
 }
 
+# plain: "time level logger message" lines; json: one JSON object per line (recovery.ops.logs).
+SALVAGE_LOG_FORMAT = env_str("SALVAGE_LOG_FORMAT", "plain").strip().lower()
+if SALVAGE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"SALVAGE_LOG_FORMAT={SALVAGE_LOG_FORMAT!r}: expected plain or json")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "redact": {"()": "recovery.logs.RedactSecretsFilter"},
+        "redact": {"()": "recovery.ops.logs.RedactSecretsFilter"},
         # django-q2's per-poll outage tracebacks; our guard logs one line per state change.
-        "quiet_outage": {"()": "recovery.outage.QuietOutageFilter"},
+        "quiet_outage": {"()": "recovery.ops.outage.QuietOutageFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "recovery.logs.JsonFormatter"},
+        "json": {"()": "recovery.ops.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": env_str("SALVAGE_LOG_FORMAT", "plain"),
+            "formatter": SALVAGE_LOG_FORMAT,
             "filters": ["redact"],
         }
     },
@@ -270,6 +305,9 @@ LOGGING = {
             "level": env_str("SALVAGE_Q_LOG_LEVEL", "WARNING"),
             "filters": ["quiet_outage"],
         },
+        # A dashboard page that met a database outage answers 503 (dashboard.middleware,
+        # one line per outage); any other request failing for it logs no traceback per request.
+        "django.request": {"filters": ["quiet_outage"]},
         # httpx logs every request at INFO: thousands of lines per run, URLs included.
         "httpx": {"level": "WARNING"},
     },
@@ -292,7 +330,7 @@ SALVAGE_RETRY_AFTER_CAP = env_int("SALVAGE_RETRY_AFTER_CAP", 3600, minimum=1)
 # Attempts of one task lost with their worker (SIGKILL, OOM, a lease expired under a stall)
 # do not use its retry budget; this many quarantine it as worker_crash_loop (a poison page).
 SALVAGE_CRASH_BUDGET = env_int("SALVAGE_CRASH_BUDGET", 10, minimum=1)
-# Database outages (recovery.outage): the loops wait with backoff capped at SALVAGE_DB_RETRY_CAP
+# Database outages (recovery.ops.outage): the loops wait with backoff capped at SALVAGE_DB_RETRY_CAP
 # and exit (status 1, one line) once the database has been unreachable this many seconds. The
 # same limit and cap hold for the Redis broker (REDIS_URL) in qcluster and dispatch.
 SALVAGE_DB_OUTAGE_LIMIT = env_float("SALVAGE_DB_OUTAGE_LIMIT", 600.0, minimum=1.0)
@@ -306,7 +344,28 @@ except ValueError as exc:
 SALVAGE_USER_AGENT = env_str("SALVAGE_USER_AGENT", "Salvage/0.1 (+https://example.invalid/bot)")
 SALVAGE_MAX_RESPONSE_BYTES = env_int("SALVAGE_MAX_RESPONSE_BYTES", 5_000_000, minimum=1024)
 SALVAGE_REQUEST_DEADLINE = env_float("SALVAGE_REQUEST_DEADLINE", 30.0, minimum=0.1)
+# Politeness every worker shares (recovery.fetch.hostslots): a host with a spacing (Crawl-delay,
+# min_delay, a 429's slow-down) gives its turns from one database row; a page whose turn is
+# further away than SALVAGE_POLITENESS_WAIT seconds is deferred (not slept on, not counted).
+SALVAGE_SHARED_POLITENESS = env_bool("SALVAGE_SHARED_POLITENESS", True)
+SALVAGE_POLITENESS_WAIT = env_float("SALVAGE_POLITENESS_WAIT", 1.0, minimum=0.0)
+# An unreachable robots.txt (5xx, 429, network; recovery.fetch.robots): its host's pages are
+# deferred while it is retried after base * 2^(n-1) seconds (capped; a Retry-After is honoured),
+# and end as robots_unreachable once it stayed unreachable this long (RFC 9309 2.3.1.3).
+SALVAGE_ROBOTS_RETRY_BASE = env_float("SALVAGE_ROBOTS_RETRY_BASE", 30.0, minimum=0.01)
+SALVAGE_ROBOTS_RETRY_CAP = env_float("SALVAGE_ROBOTS_RETRY_CAP", 3600.0, minimum=0.01)
+SALVAGE_ROBOTS_UNREACHABLE_LIMIT = env_float(
+    "SALVAGE_ROBOTS_UNREACHABLE_LIMIT", 86400.0, minimum=1.0
+)
 SALVAGE_ARTEFACT_DIR = Path(env_str("SALVAGE_ARTEFACT_DIR", str(DATA_DIR / "artefacts")))
+# The page archive (recovery.archive): every 2xx page the direct provider fetched, gzipped and
+# named by content under SALVAGE_ARTEFACT_DIR/archive, so a recovery batch can re-extract it
+# without a request. A body over the per-page cap is not kept; a blob expires after the days;
+# `pruneartefacts` removes expired blobs, then the oldest beyond the total (compressed bytes).
+SALVAGE_ARCHIVE_PAGES = env_bool("SALVAGE_ARCHIVE_PAGES", True)
+SALVAGE_ARCHIVE_MAX_PAGE_BYTES = env_int("SALVAGE_ARCHIVE_MAX_PAGE_BYTES", 2_000_000, minimum=0)
+SALVAGE_ARCHIVE_MAX_BYTES = env_int("SALVAGE_ARCHIVE_MAX_BYTES", 20_000_000_000, minimum=0)
+SALVAGE_ARCHIVE_DAYS = env_float("SALVAGE_ARCHIVE_DAYS", 30.0, minimum=0.0)
 # The browser provider (recovery.providers.browser): Debian's Chromium, and the cap on a
 # failed page's screenshot kept for triage.
 SALVAGE_CHROMIUM = env_str("SALVAGE_CHROMIUM", "/usr/bin/chromium")
@@ -316,14 +375,14 @@ SALVAGE_DEMO = env_bool("SALVAGE_DEMO", False)
 SALVAGE_EXPORT_DIR = Path(env_str("SALVAGE_EXPORT_DIR", str(DATA_DIR / "exports")))
 # Outbox destination: "file:///abs/dir" (default) or an http(s) endpoint.
 SALVAGE_DESTINATION = env_str("SALVAGE_DESTINATION", "")
-# Outbox delivery (recovery.outbox): per-request timeout, how long a sender holds an event,
+# Outbox delivery (recovery.delivery.outbox): per-request timeout, how long a sender holds an event,
 # full-jitter backoff base/cap, and whether an acceptance enqueues a django-q2 wake-up.
 SALVAGE_DELIVERY_TIMEOUT = float(env_str("SALVAGE_DELIVERY_TIMEOUT", "10"))
 SALVAGE_DELIVERY_LEASE_SECONDS = env_int("SALVAGE_DELIVERY_LEASE_SECONDS", 60, minimum=1)
 SALVAGE_DELIVERY_BACKOFF_BASE = float(env_str("SALVAGE_DELIVERY_BACKOFF_BASE", "2"))
 SALVAGE_DELIVERY_BACKOFF_CAP = float(env_str("SALVAGE_DELIVERY_BACKOFF_CAP", "600"))
 SALVAGE_OUTBOX_WAKE = env_bool("SALVAGE_OUTBOX_WAKE", True)
-# Acceptance hooks (recovery.acceptance_steps): how often a worker advances runs while busy,
+# Acceptance hooks (recovery.quality.acceptance_steps): how often a worker advances runs while busy,
 # and the least time between two outbox sweeps sent by the dispatcher.
 SALVAGE_ADVANCE_SECONDS = float(env_str("SALVAGE_ADVANCE_SECONDS", "1"))
 SALVAGE_OUTBOX_SWEEP_SECONDS = float(env_str("SALVAGE_OUTBOX_SWEEP_SECONDS", "5"))
@@ -333,7 +392,7 @@ SALVAGE_FAULT_POINT = env_str("SALVAGE_FAULT_POINT")
 # Dispatcher (recovery.dispatch): tick length, the most wake-ups left waiting in the queue at
 # once, and how often busy runs' counter deltas are folded.
 SALVAGE_DISPATCH_TICK = env_float("SALVAGE_DISPATCH_TICK", 0.5, minimum=0.05)
-# How often the dispatcher looks for schedules whose window is due (recovery.schedules).
+# How often the dispatcher looks for schedules whose window is due (recovery.intake.schedules).
 SALVAGE_SCHEDULE_CHECK_SECONDS = env_float("SALVAGE_SCHEDULE_CHECK_SECONDS", 10.0, minimum=0.05)
 # The directory a schedule's manifest file must be in when an admin names it in the browser
 # (the command line may name any file: its user can read them anyway).
@@ -342,7 +401,7 @@ SALVAGE_SCHEDULE_MANIFEST_DIR = Path(
 ).resolve()
 SALVAGE_DISPATCH_MAX_WAITING = env_int("SALVAGE_DISPATCH_MAX_WAITING", 8, minimum=1)
 SALVAGE_COMPACT_SECONDS = env_float("SALVAGE_COMPACT_SECONDS", 10.0, minimum=0.5)
-# Worker liveness (recovery.liveness): every process beats every HEARTBEAT seconds, busy or
+# Worker liveness (recovery.ops.liveness): every process beats every HEARTBEAT seconds, busy or
 # idle; not seen for ALIVE seconds is "stale", for GONE seconds "gone".
 SALVAGE_HEARTBEAT_SECONDS = env_float("SALVAGE_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 SALVAGE_WORKER_ALIVE_SECONDS = env_float("SALVAGE_WORKER_ALIVE_SECONDS", 30.0, minimum=0.2)
@@ -360,6 +419,9 @@ SALVAGE_MANIFEST_UPLOAD_MAX_BYTES = env_int(
 )
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
+# /metrics' per-run series (salvage_run_*{run,dataset}) cover the N most recent collecting runs:
+# a bound on the series Prometheus stores, whatever the number of runs.
+SALVAGE_METRICS_RUNS = env_int("SALVAGE_METRICS_RUNS", 20, minimum=1)
 
 # Remote jobs (recovery.remote): how long a sender or poller holds a job before another worker
 # may take it over, and how many failed status checks in a row send a job to the reconcile queue.
@@ -400,7 +462,40 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     # At-most-once broker: the dispatcher re-sends any wake-up that was never claimed.
     Q_CLUSTER["redis"] = REDIS_URL
-    Q_CLUSTER["broker_class"] = "recovery.qcluster_outage.RedisBroker"
+    Q_CLUSTER["broker_class"] = "recovery.ops.qcluster_outage.RedisBroker"
 else:
     Q_CLUSTER["orm"] = "default"
-    Q_CLUSTER["broker_class"] = "recovery.qcluster_outage.OrmBroker"
+    Q_CLUSTER["broker_class"] = "recovery.ops.qcluster_outage.OrmBroker"
+
+# --- the pull API (api/, docs/api.md) --------------------------------------------------------
+# Requests per token (anonymous requests: per address); DRF's rate syntax, N/second|minute|
+# hour|day.
+SALVAGE_API_RATE = env_str("SALVAGE_API_RATE", "600/minute")
+_count, _, _period = SALVAGE_API_RATE.partition("/")
+if not (_count.isdigit() and int(_count) > 0 and _period in ("second", "minute", "hour", "day")):
+    raise ImproperlyConfigured(
+        f"SALVAGE_API_RATE={SALVAGE_API_RATE!r}: expected N/second, N/minute, N/hour or N/day"
+    )
+SALVAGE_API_TOKEN_MAX_DAYS = env_int("SALVAGE_API_TOKEN_MAX_DAYS", 365, minimum=1)
+# Exports written once per content (ETag) for resumable downloads; removed when superseded or
+# unused this long.
+SALVAGE_EXPORT_CACHE_DIR = Path(env_str("SALVAGE_EXPORT_CACHE_DIR", str(DATA_DIR / "export-cache")))
+SALVAGE_EXPORT_CACHE_SECONDS = env_int("SALVAGE_EXPORT_CACHE_SECONDS", 7 * 86400, minimum=60)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.auth.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.auth.HasToken"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.auth.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.auth.JsonOnly",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Salvage pull API",
+    "DESCRIPTION": "Accepted datasets, their runs, exports (CSV, JSONL, Parquet), rows and "
+    "changes. Read-only; personal bearer tokens. See docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}

@@ -1,6 +1,6 @@
 """django-q2 entry points only: each takes plain values, calls one engine function, returns a
 short summary (or, during a database or broker outage, one "skipped" line: see
-recovery.outage.skip_during_outage). django-q2 acknowledges a queue item after the function
+recovery.ops.outage.skip_during_outage). django-q2 acknowledges a queue item after the function
 returns, so everything here returns only after our COMMIT (commit first, acknowledge second).
 
 Queued items name these functions by path (`recovery.tasks.<name>`); items queued before the
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from recovery import acceptance, liveness, outage, outbox, remote, worker
+from recovery import remote, worker
+from recovery.delivery import outbox
+from recovery.ops import liveness, outage, qcluster_stopping
+from recovery.quality import acceptance
 
 
 @outage.skip_during_outage
@@ -21,7 +24,11 @@ def run_batch_task(batch_size: int | None = None, concurrency: int | None = None
 
     A wake-up that finds nothing due (a duplicate delivery, or another worker was faster)
     claims nothing and returns at once: the lease table, not the queue, decides who works.
+    Nor does one taken from the prefetch queue once the cluster is stopping: the drain is the
+    batches in flight (recovery.ops.qcluster_stopping), and the dispatcher re-sends.
     """
+    if qcluster_stopping.requested():
+        return {"skipped": "the cluster is stopping"}
     result = worker.run_batch(
         liveness.process_worker_id(), batch_size=batch_size, concurrency=concurrency
     )

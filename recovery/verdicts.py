@@ -4,7 +4,7 @@ Issue 15: evaluating a run used to judge and rewrite every observation, which at
 rows cost ~50x one SQL aggregate over the same rules (the rewrite of every row was most of
 it). Now the commit that writes a row also writes its verdict (recovery.leases): a bit mask
 of what the row failed, the digest of the rules that judged it, and its state, `valid` or
-`invalid`. An evaluation (recovery.validation) then sums the stored bits per partition, and
+`invalid`. An evaluation (recovery.quality.validation) then sums the stored bits per partition, and
 judges again only the rows a different set of rules judged (a `loaddataset` that changed
 them, a worker whose cached spec was a moment old) or nobody did.
 
@@ -16,7 +16,7 @@ fails and it is complete. Rules needing more than MAX_BITS bits are not judged a
 (the row stays `pending` and the evaluation judges it).
 
 This module holds the one Python definition of "invalid" (check_value, empty), which
-recovery.validation_sql reproduces in SQL only where it provably agrees.
+recovery.quality.validation_sql reproduces in SQL only where it provably agrees.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ class Rules:
         for k, name in enumerate(self.watched):
             if name in bad_fields or empty(payload.get(name)):
                 bits |= 1 << self.watched_bit(k)
-        for name in self.required.get(page_type, ()):
+        # A row whose page type is unknown (no source task) has no required fields.
+        for name in self.required.get(page_type, ()) if page_type is not None else ():
             if empty(payload.get(name)):
                 bits |= 1 << self.incomplete_bit
                 break

@@ -17,7 +17,6 @@ import time, so the import graph shows who drives what and a typo fails at impor
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import os
@@ -32,12 +31,18 @@ from django import db
 from django.conf import settings
 from django.db import connection
 
-from recovery import acceptance_steps, faults, leases, remote, verdicts
+from recovery import faults, leases, remote, verdicts
+from recovery.archive import pages as archive_pages
 from recovery.commit_lane import CommitLane
-from recovery.leases import CLAIMABLE_SQL, Claimed, CommitSummary
-from recovery.liveness import new_worker_id
+from recovery.fetch import servant
+from recovery.leases import Claimed, CommitSummary, due_sql
+from recovery.ops.liveness import new_worker_id
+from recovery.outcomes import Outcome, TaskInput
 from recovery.providers import get_provider, known
-from recovery.providers.base import Outcome, Provider, TaskInput
+from recovery.providers.base import Provider
+from recovery.quality import acceptance_steps
+from recovery.states.choices import TaskState
+from recovery.states.task import TERMINAL as FINAL_STATES
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +206,9 @@ def execute(
     concurrency = concurrency or settings.SALVAGE_CONCURRENCY
     factory = provider_factory or default_provider_factory
     info = _dataset_info(claimed)
+    # Tasks of a "from the archive" recovery batch re-extract their stored page (no query
+    # unless the batch holds tasks of a recovery batch: recovery.archive.pages).
+    archived = archive_pages.archived_pages((c.task_id, c.recovery_batch_id) for c in claimed)
     by_dataset: dict[int, list[int]] = defaultdict(list)
     for index, c in enumerate(claimed):
         by_dataset[c.dataset_id].append(index)
@@ -213,19 +221,22 @@ def execute(
             provider = factory(provider_name, dict(spec.get("provider_options") or {}))
         except Exception as exc:  # unknown provider, bad options: quarantine, never spin
             provider, problem = None, f"cannot create provider {provider_name!r}: {exc}"
-        groups.append((provider, [claimed[i].task_input(spec) for i in indexes], problem))
+        inputs = [claimed[i].task_input(spec) for i in indexes]
+        for task_input in inputs:
+            task_input.archived = archived.get(task_input.task_id, "")
+        groups.append((provider, inputs, problem))
         order.append(indexes)
 
     lost: set[int] = set()
-    future = asyncio.run_coroutine_threadsafe(
-        _execute_all(groups, concurrency, lost), _event_loop()
-    )
     interval = max(0.2, min(c.lease_seconds for c in claimed) / 3)
-    while True:
-        try:
-            results = future.result(timeout=interval)
-            break
-        except concurrent.futures.TimeoutError:
+    # While the batch runs, this thread serves the providers' database calls (a host's shared
+    # politeness turn, robots.txt's shared state: recovery.fetch.servant), heartbeating between.
+    # Served from before the batch starts: its first coroutines call at once.
+    with servant.serving() as serving:
+        future = asyncio.run_coroutine_threadsafe(
+            _execute_all(groups, concurrency, lost), _event_loop()
+        )
+        while not serving.serve(future, interval):
             # Long batch: extend our leases. A task we no longer hold is not started (lanes
             # check `lost`) and its outcome will be fenced out at commit (lost_lease attempt).
             still = [c for c in claimed if c.task_id not in lost]
@@ -239,6 +250,7 @@ def execute(
                     newly_lost[:20],
                 )
                 lost.update(newly_lost)
+    results = future.result()
     outcomes: list[Outcome | None] = [None] * len(claimed)
     for indexes, group_outcomes in zip(order, results, strict=True):
         for i, outcome in zip(indexes, group_outcomes, strict=True):
@@ -377,14 +389,9 @@ def run_pipelined_batch(
 
 def has_due_work(within_seconds: float = 0.0) -> bool:
     """Is any task claimable now, or within `within_seconds` (database clock)?"""
-    if connection.vendor == "postgresql":
-        due = "statement_timestamp() + make_interval(secs => %s)"
-    else:
-        due = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds') || '999')"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT 1 FROM recovery_task WHERE state IN {CLAIMABLE_SQL} "
-            f"AND next_attempt_at <= {due} LIMIT 1",
+            f"SELECT 1 FROM recovery_task WHERE {due_sql(ahead=True)} LIMIT 1",
             [float(within_seconds)],
         )
         return cursor.fetchone() is not None
@@ -392,10 +399,33 @@ def has_due_work(within_seconds: float = 0.0) -> bool:
 
 @dataclass(slots=True)
 class LoopStats:
+    """What a worker loop did (`manage.py work`'s summary line and progress display).
+
+    Claims and attempts are not tasks: a task retried twice is claimed three times and
+    records three attempts. `ended` counts tasks by the final state their attempt left them
+    in (committed, quarantined, gone, dead), each task once; `retried` the attempts after
+    which the task waits to be claimed again."""
+
     batches: int = 0
-    tasks: int = 0
-    committed: int = 0
+    claims: int = 0
+    attempts: int = 0
+    retried: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
     lost: int = 0
+
+    @property
+    def committed(self) -> int:
+        """Tasks committed (not attempts: each of them is committed once)."""
+        return self.ended.get(TaskState.COMMITTED, 0)
+
+    def summary(self) -> str:
+        """`manage.py work`'s last line: tasks and attempts counted apart."""
+        final = (TaskState.COMMITTED, TaskState.QUARANTINED, TaskState.GONE, TaskState.DEAD)
+        ended = ", ".join(f"{self.ended.get(state, 0)} {state}" for state in final)
+        return (
+            f"{self.batches} batches, {self.claims} claims, {self.attempts} attempts "
+            f"({self.retried} to retry), {self.lost} lost leases; tasks ended: {ended}"
+        )
 
 
 def run_forever(
@@ -416,7 +446,7 @@ def run_forever(
     outage (which ends it with an exception) keeps what was done before.
 
     Each iteration runs a batch, then STEPS, then `extra_steps` (this loop's own, e.g. the
-    terminal progress display of recovery.progress.watch_worker).
+    terminal progress display of recovery.ops.progress.watch_worker).
 
     Stops when `stop` is set (SIGTERM/SIGINT: the current step finishes first), or with
     `until_idle` when no task is due within `idle_wait` seconds (default: the lease length,
@@ -485,8 +515,14 @@ def _count(stats: LoopStats, result: BatchResult | None) -> None:
     if result is None or not result.claimed:
         return
     stats.batches += 1
-    stats.tasks += result.claimed
-    stats.committed += result.summary.committed
+    stats.claims += result.claimed
+    # summary.committed is every task the commit moved, one attempt each, whatever its state.
+    stats.attempts += result.summary.committed
+    for state, n in result.summary.states.items():
+        if state in FINAL_STATES:
+            stats.ended[state] = stats.ended.get(state, 0) + n
+        else:
+            stats.retried += n
     stats.lost += len(result.summary.lost)
 
 

@@ -9,13 +9,10 @@ from django.db import connection
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-# The sandbox shop over real sockets (tests/sandbox_fixtures.py).
-from tests.sandbox_fixtures import (  # noqa: F401
-    _shared_sandbox,
-    make_sandbox,
-    sandbox,
-    sandbox_process,
-)
+# The sandbox shop over real sockets (`sandbox`, `make_sandbox`, `sandbox_process`), for
+# every tier: registered once here, so test modules name the fixture and import nothing. The
+# page archive's `broken_run` (a run its selector failed on one retailer) likewise.
+pytest_plugins = ["tests.support.sandbox", "tests.support.page_archive"]
 
 # Property tests judge correctness, never speed: on a loaded CI machine a deadline or the
 # too_slow health check fails a correct test at random. HYPOTHESIS_PROFILE=default restores

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,9 +12,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from recovery import figures
+from recovery.delivery.outbox import public_label
+from recovery.quality import figures
 
 register = template.Library()
+
+
+@register.filter
+def destination(label: str) -> str:
+    """A delivery's destination as a page may show it: never a user, password or query."""
+    return public_label(label or "")
 
 
 @register.filter
@@ -62,24 +69,50 @@ def selection_summary(selection: Any) -> str:
         values = selection.get(key) or []
         if values:
             parts.append(f"{key.replace('_', ' ')}: {', '.join(map(str, values))}")
+    tasks = selection.get("tasks") or []
+    if tasks:  # rows selected on a task list: how many, not every id
+        parts.append(f"{len(tasks)} selected task{'' if len(tasks) == 1 else 's'}")
     return "; ".join(parts)
+
+
+@register.inclusion_tag("dashboard/_attention_link.html", takes_context=True)
+def attention_link(context: Any) -> dict[str, Any]:
+    """The top bar's "Attention" link with the count of what needs someone (dashboard.
+    attention_views), for users who may open the page; nothing on pages without a user."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated or not user.has_perm("recovery.view_run"):
+        return {"show": False}
+    from dashboard import attention_views
+
+    shown = attention_views.visible(request, attention_views.summary(request))
+    total = sum(c.count for c in shown)
+    waiting = [f"{c.label}: {c.shown}" for c in shown if c.count]
+    return {
+        "show": True,
+        "total": total,
+        "capped": any(c.capped for c in shown),
+        "title": "; ".join(waiting) or "nothing needs attention",
+    }
 
 
 @register.inclusion_tag("dashboard/_provisional.html")
 def provisional_flags(run: Any) -> dict[str, Any]:
-    """The run's partitions flagged early while it collects (recovery.provisional)."""
-    from recovery import provisional
+    """The run's partitions flagged early while it collects (recovery.quality.provisional)."""
+    from recovery.quality import provisional
 
     return {"run": run, "flags": provisional.shown_flags(run)}
 
 
 @register.simple_tag
 def list_href(listing: Any, **changes: Any) -> str:
-    """A link to the same list with `changes` (None or "" drops a parameter); the cursor goes.
+    """A link to the same list with `changes` (None or "" drops a parameter); the cursor goes
+    (`after` and `before`), the page size stays.
 
     One leading "?" and no blank parameters, whatever the current URL holds.
     """
     changes.setdefault("after", None)
+    changes.setdefault("before", None)
     return listing.href(**{k: (None if v is None else str(v)) for k, v in changes.items()})
 
 
@@ -105,6 +138,8 @@ def when(value: Any) -> str:
         return ""
     seconds = (timezone.now() - value).total_seconds()
     absolute = timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    if timezone.get_current_timezone_name() != "UTC":  # the viewer's zone, and UTC beside it
+        absolute += value.astimezone(UTC).strftime(" (%Y-%m-%d %H:%M:%S UTC)")
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         value.isoformat(timespec="seconds"),
@@ -173,7 +208,7 @@ def audit_object_url(entry: Any) -> str:
 
 @register.filter
 def definition(key: str) -> str:
-    """A figure's one definition (recovery.figures.GLOSSARY), for its tooltip."""
+    """A figure's one definition (recovery.quality.figures.GLOSSARY), for its tooltip."""
     return figures.definition(key)
 
 

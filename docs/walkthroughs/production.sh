@@ -14,7 +14,7 @@ export SALVAGE_STATIC_ROOT="$WORK/static"
 .venv/bin/python manage.py collectstatic --noinput --verbosity 0
 .venv/bin/python manage.py check --deploy --fail-level ERROR
 .venv/bin/gunicorn recovery.wsgi:application --bind "127.0.0.1:$PORT" --workers 2 \
-    --logger-class recovery.gunicorn_logging.RedactingLogger 2>> "$WORK/web.log" &
+    --logger-class recovery.ops.gunicorn_logging.RedactingLogger 2>> "$WORK/web.log" &
 .venv/bin/python manage.py dispatch 2>> "$WORK/dispatch.log" &     # one or two per deployment
 .venv/bin/python manage.py qcluster 2>> "$WORK/qcluster.log" &     # on every worker machine
 trap 'kill $(jobs -p)' EXIT

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 
 from recovery import verdicts
-from recovery.leases import crashes, postgres, sqlite
+from recovery.leases import crashes, postgres, sizing, sqlite
 from recovery.leases.plan import (
     WORKER,
     Claimed,
@@ -37,12 +37,11 @@ from recovery.leases.plan import (
     internal_error,
     plan_outcome,
 )
-from recovery.leases.statements import CLAIMABLE_SQL, is_pg, touch_worker_row
-from recovery.providers.base import Outcome
-from recovery.states.task import TaskState
+from recovery.leases.statements import due_sql, is_pg, touch_worker_row
+from recovery.outcomes import Outcome
+from recovery.states.choices import TaskState
 
 __all__ = [
-    "CLAIMABLE_SQL",
     "WORKER",
     "Claimed",
     "CommitSummary",
@@ -50,6 +49,7 @@ __all__ = [
     "canonical_json",
     "claim",
     "commit_outcomes",
+    "due_sql",
     "heartbeat",
     "internal_error",
     "plan_outcome",
@@ -64,10 +64,12 @@ def claim(worker_id: str, limit: int | None = None) -> list[Claimed]:
     Sets owner, lease_until (= next_attempt_at), lease_token + 1, attempt_count + 1 and
     first_attempt_at when unset; an expired lease taken over also adds 1 to crash_count, and
     is taken alone (recovery.leases.crashes). A page at the crash budget is quarantined here
-    and not returned. Lease length: the dataset's lease_seconds or
+    and not returned. Lease length: the dataset's lease_seconds, else its measured lease when
+    it is "auto" (recovery.leases.sizing, refreshed here at most once a minute), else
     SALVAGE_LEASE_SECONDS.
     """
     limit = limit or settings.SALVAGE_CLAIM_BATCH
+    sizing.refresh_due()
     lease = int(settings.SALVAGE_LEASE_SECONDS)
     if is_pg():
         claimed = postgres.claim(worker_id, limit, lease)
@@ -130,7 +132,7 @@ def commit_outcomes(
 
     Every observation write goes through here, a provider job's import included (`holder`:
     Holder.job, or Holder.resync for a Continue of a completed job), so a changed value of a
-    published run always becomes a versioned correction (recovery.corrections).
+    published run always becomes a versioned correction (recovery.delivery.corrections).
 
     One transaction: the fenced state UPDATE first (so nothing of a stale worker is written),
     then the Attempt rows, the observation upserts, the discovered children and the counter

@@ -1,13 +1,16 @@
 """The pure part of the hot path: what a claim hands a worker (Claimed), how an outcome
 becomes the task's next state and its attempt (plan_outcome: the retry table and the budgets),
-who holds the tasks a commit moves (Holder), and the observation rows a commit writes. No SQL,
-no database: recovery.leases.sqlite and .postgres write what these decide."""
+who holds the tasks a commit moves (Holder), and the observation rows, child tasks and lost
+lease details a commit writes. No SQL, no database: recovery.leases.sqlite and .postgres write
+what these decide."""
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,14 +19,17 @@ from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from recovery import failures, keys
-from recovery.corrections import ObservationRow
+from recovery.delivery.corrections import ObservationRow
 from recovery.failures import Action
-from recovery.providers.base import ErrorClass, Outcome, TaskInput
-from recovery.states.task import TaskState
+from recovery.ops.incidents import PageResponse
+from recovery.outcomes import ErrorClass, Outcome, TaskInput
+from recovery.states.choices import TaskState
 from recovery.verdicts import Rules
 
+log = logging.getLogger(__name__)
 
-def dt_result(value) -> datetime | None:
+
+def dt_result(value: datetime | str | None) -> datetime | None:
     if value is None:
         return None
     # SQLite hands back naive UTC datetimes (or text, depending on the column's declared type).
@@ -33,11 +39,13 @@ def dt_result(value) -> datetime | None:
     return parsed
 
 
-def json_value(value) -> dict:
+def json_value(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A JSON object column: SQLite hands back its text, PostgreSQL the decoded object."""
     if value is None:
         return {}
     if isinstance(value, str):
-        return json.loads(value)
+        decoded: dict[str, Any] = json.loads(value)
+        return decoded
     return value
 
 
@@ -75,13 +83,17 @@ class Claimed:
     # Attempts lost with their worker (this claim's takeover included): attempt_count counts
     # them too, the retry budget does not (retry_attempts).
     crash_count: int = 0
+    # Claims that ended deferred (Outcome.deferred): attempt_count counts them too, the retry
+    # budget does not.
+    deferred_count: int = 0
     # The worker's clock when the claim returned: the Attempt's started_at.
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def retry_attempts(self) -> int:
-        """The attempts the retry budget counts: every claim but those lost with a worker."""
-        return max(self.attempt_count - self.crash_count, 0)
+        """The attempts the retry budget counts: every claim but those lost with a worker and
+        those that ended deferred."""
+        return max(self.attempt_count - self.crash_count - self.deferred_count, 0)
 
     def task_input(self, spec: dict[str, Any] | None = None) -> TaskInput:
         return TaskInput(
@@ -101,7 +113,7 @@ class Claimed:
         )
 
 
-def claimed_from_row(row, default_lease: int) -> Claimed:
+def claimed_from_row(row: Sequence[Any], default_lease: int) -> Claimed:
     (
         task_id,
         task_key,
@@ -116,6 +128,7 @@ def claimed_from_row(row, default_lease: int) -> Claimed:
         first_attempt_at,
         batch_id,
         crash_count,
+        deferred_count,
         previous_state,
         previous_owner,
         dataset_id,
@@ -151,6 +164,7 @@ def claimed_from_row(row, default_lease: int) -> Claimed:
         max_attempts=max_attempts,
         max_elapsed_seconds=max_elapsed,
         crash_count=crash_count,
+        deferred_count=deferred_count,
     )
 
 
@@ -166,8 +180,10 @@ class Plan:
     artefact: dict[str, Any] | None
     attempt_id: uuid.UUID = field(default_factory=uuid.uuid4)
     payload_hash: str = ""
-    # The rules its observations are judged by at commit (recovery.verdicts), None: not judged.
+    # The rules its observations are judged by at commit (quality.verdicts), None: not judged.
     rules: Rules | None = None
+    # A deferral (Outcome.deferred): retry_wait that the budgets do not count.
+    deferred: bool = False
 
 
 @dataclass(slots=True)
@@ -237,7 +253,9 @@ def plan_outcome(
 ) -> Plan:
     """Decide a task's next state from its outcome (the retry table + budgets). Pure."""
     now = now or datetime.now(UTC)
-    if outcome.ok:
+    if outcome.deferred:
+        return _deferral(claimed, outcome)
+    if outcome.error_class is None:  # a success (Outcome.ok)
         # A success may carry notes for triage (the browser provider's refused subresources).
         notes = failures.sanitise_artefact(outcome.artefact) if outcome.artefact else None
         return Plan(claimed, outcome, TaskState.COMMITTED, "committed", "", "", None, notes)
@@ -294,6 +312,33 @@ def plan_outcome(
     return Plan(claimed, outcome, target[0], target[1], error_class, detail, None, artefact)
 
 
+# A deferral waits at most this long before the page is looked at again (a week): a bound on a
+# provider's arithmetic, not a policy (robots.txt's own bound is far shorter).
+MAX_DEFERRAL = 7 * 86400.0
+
+
+def _deferral(claimed: Claimed, outcome: Outcome) -> Plan:
+    """The host asked us to wait: retry_wait after `retry_after`, whatever the budgets say.
+
+    Not an attempt at the page, so neither budget counts it: the commit adds 1 to the task's
+    deferred_count (retry_attempts leaves it out) and, while no counted attempt was made,
+    clears first_attempt_at, so the elapsed budget starts at the first real attempt. The
+    Attempt row is written all the same (outcome "deferred"), so every claim stays traceable.
+    """
+    delay = min(max(float(outcome.retry_after or 0.0), 0.0), MAX_DEFERRAL)
+    return Plan(
+        claimed,
+        outcome,
+        TaskState.RETRY_WAIT,
+        "deferred",
+        str(outcome.error_class or ""),
+        outcome.error_detail[:2000],
+        delay,
+        failures.sanitise_artefact(outcome.artefact, outcome.http_status),
+        deferred=True,
+    )
+
+
 def plan_observations(plan: Plan) -> list[ObservationRow]:
     """The observation rows of one outcome, in order, each with its verdict when the plan
     carries rules (recovery.verdicts); also sets the plan's payload_hash (its one
@@ -336,7 +381,56 @@ def observation_rows(plans: list[Plan]) -> list[ObservationRow]:
     return [rows[k] for k in sorted(rows)]
 
 
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A URL a task discovered, as the new task row its parent's commit inserts (the task
+    table is the seen set: an already-known task_key inserts nothing)."""
+
+    run_id: int
+    task_key: str
+    url: str
+    page_type: str
+    partition: str
+    priority: int
+    discovery: str
+    parent_id: int
+    depth: int
+    navigation_json: str
+    recovery_batch_id: int | None
+
+
+def discovered_children(plan: Plan) -> list[Child]:
+    """The child tasks of one outcome, in order; a URL that cannot be a task key is logged
+    and left out (the parent still commits)."""
+    c = plan.claimed
+    children = []
+    for found in plan.outcome.discovered:
+        try:
+            url = keys.canonical_url(found.url)
+            tkey = keys.task_key(c.dataset, url, c.window, found.page_type)
+        except keys.InvalidURL as exc:
+            log.warning("task %s discovered an unusable URL: %s", c.task_id, exc)
+            continue
+        children.append(
+            Child(
+                run_id=c.run_id,
+                task_key=tkey,
+                url=url,
+                page_type=found.page_type,
+                partition=found.partition or c.partition,
+                priority=found.priority,
+                discovery=found.discovery,
+                parent_id=c.task_id,
+                depth=min(c.depth + 1, 32767),  # a smallint column
+                navigation_json=canonical_json(found.navigation or {}),
+                recovery_batch_id=c.recovery_batch_id,
+            )
+        )
+    return children
+
+
 def lost_detail(p: Plan) -> str:
+    """The error_detail of the Attempt a commit records for a task whose lease moved on."""
     detail = (
         f"lost lease: token {p.claimed.lease_token} is no longer current; "
         f"outcome {p.attempt_outcome} discarded"
@@ -347,3 +441,26 @@ def lost_detail(p: Plan) -> str:
 def internal_error(detail: str) -> Outcome:
     """The outcome recorded when a provider itself failed (a bug: quarantined for a human)."""
     return Outcome(error_class=ErrorClass.INTERNAL, error_detail=detail[:2000])
+
+
+def page_incidents(plans: Sequence[Plan]) -> list[PageResponse]:
+    """The page responses among these (won) plans that quarantined their task: each is kept as
+    an Incident by the commit that quarantines it (seed 001 §04, for pages). A quarantine
+    without a response (a crash loop, a provider's item) keeps none."""
+    return [
+        PageResponse(
+            provider=p.claimed.provider,
+            url=p.claimed.url,
+            run_id=p.claimed.run_id,
+            task_id=p.claimed.task_id,
+            attempt_id=p.attempt_id,
+            error_class=p.error_class,
+            detail=p.error_detail,
+            artefact=p.artefact,
+            request_options={"page_type": p.claimed.page_type, "depth": p.claimed.depth},
+        )
+        for p in plans
+        if p.state == TaskState.QUARANTINED
+        and p.outcome.http_status is not None
+        and p.artefact is not None
+    ]

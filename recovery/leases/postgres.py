@@ -13,48 +13,44 @@ default client-side binding re-parses these long statements on every call.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection, transaction
 
-from recovery import corrections, faults, keys
-from recovery.corrections import ObservationRow
+from recovery import faults
+from recovery.delivery import corrections
+from recovery.delivery.corrections import ObservationRow
 from recovery.leases.plan import (
     Claimed,
     CommitSummary,
     Holder,
     Plan,
-    canonical_json,
     claimed_from_row,
+    discovered_children,
+    lost_detail,
+    page_incidents,
     plan_observations,
 )
 from recovery.leases.statements import (
-    CLAIMABLE_SQL,
+    DEFERRED_FIRST_ATTEMPT,
     LEASED_SQL,
     PENDING_SQL,
     TASK_COLS,
     dt_param,
+    due_sql,
     upsert_observations,
 )
-from recovery.states.task import TaskState
+from recovery.ops import incidents
+from recovery.states.choices import TaskState
 
-log = logging.getLogger(__name__)
-
-
-# Round trips, not SQL work, dominate a batch on PostgreSQL (research/perf-baselines.md: the
-# single-statement commit was x1.67). So on PostgreSQL the claim (with its counter deltas and
-# takeover attempts) is one autocommit statement, and the commit is one statement inside
-# BEGIN/COMMIT: the fence first as a data-modifying CTE, and every other write joined to the
-# fence's RETURNING, so a task whose fence did not match writes nothing but its lost_lease
-# attempt. Counter deltas are the same rows counters.record() would append. The statements run
-# on a server-side-binding psycopg cursor over Django's own connection (same transaction):
-# Django's default client-side binding re-parses these long statements on every call.
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 
 # Django opens psycopg connections with prepare_threshold=None, which also turns
@@ -65,7 +61,7 @@ log = logging.getLogger(__name__)
 _EXPLICIT_ONLY = 2**31 - 1
 
 
-def _pg_cursor():
+def _pg_cursor() -> psycopg.Cursor[TupleRow]:
     connection.ensure_connection()
     conn = connection.connection
     if conn.prepare_threshold is None and settings.SALVAGE_PG_PREPARE:
@@ -73,7 +69,7 @@ def _pg_cursor():
     return _Cursor(conn)
 
 
-def _cursor_class():
+def _cursor_class() -> type[psycopg.Cursor[TupleRow]]:
     """A psycopg cursor that parses each of our statement texts once per process.
 
     psycopg caches a query's placeholder parse only for texts under 4 KB and 50 parameters;
@@ -84,13 +80,20 @@ def _cursor_class():
     import psycopg
 
     try:
-        from psycopg._queries import PostgresQuery, _query2pg_nocache
+        from psycopg._queries import PostgresQuery, QueryPart, _query2pg_nocache
     except ImportError:  # pragma: no cover - another psycopg layout: parse every time
         return psycopg.Cursor
-    parsed: dict[tuple[bytes, str], Any] = {}
+    from psycopg.abc import Params, Query
+    from psycopg.adapt import PyFormat
+    from psycopg.rows import TupleRow
+
+    # (statement text, connection encoding) -> its parse: (query, formats, order, parts).
+    parsed: dict[
+        tuple[str, str], tuple[bytes, list[PyFormat], list[str] | None, list[QueryPart]]
+    ] = {}
 
     class ParsedOnce(PostgresQuery):
-        def convert(self, query, vars) -> None:
+        def convert(self, query: Query, vars: Params | None) -> None:
             if not isinstance(query, str) or vars is None:
                 return super().convert(query, vars)
             key = (query, self._tx.encoding)
@@ -99,7 +102,7 @@ def _cursor_class():
             self.query, self._want_formats, self._order, self._parts = parsed[key]
             self.dump(vars)
 
-    class Cursor(psycopg.Cursor):
+    class Cursor(psycopg.Cursor[TupleRow]):
         _query_cls = ParsedOnce
 
     return Cursor
@@ -116,7 +119,7 @@ WITH due AS MATERIALIZED (
     SELECT id, state, lease_owner, priority, next_attempt_at,
         (state = {LEASED_SQL} OR crash_count > 0) AS suspect
     FROM recovery_task
-    WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= statement_timestamp()
+    WHERE {due_sql(pg=True)}
     ORDER BY priority DESC, next_attempt_at
     LIMIT %s
     FOR UPDATE SKIP LOCKED
@@ -131,9 +134,12 @@ WITH due AS MATERIALIZED (
     UPDATE recovery_task AS t SET
         state = {LEASED_SQL},
         lease_owner = %s,
-        lease_until = statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
-        next_attempt_at =
-            statement_timestamp() + make_interval(secs => COALESCE(d.lease_seconds, %s)),
+        -- lease_auto_seconds: a lease_seconds = "auto" dataset's measured lease
+        -- (recovery.leases.sizing), NULL until enough attempts exist.
+        lease_until = statement_timestamp()
+            + make_interval(secs => COALESCE(d.lease_seconds, d.lease_auto_seconds, %s)),
+        next_attempt_at = statement_timestamp()
+            + make_interval(secs => COALESCE(d.lease_seconds, d.lease_auto_seconds, %s)),
         lease_token = t.lease_token + 1,
         attempt_count = t.attempt_count + 1,
         crash_count = t.crash_count + CASE WHEN c.state = {LEASED_SQL} THEN 1 ELSE 0 END,
@@ -143,8 +149,8 @@ WITH due AS MATERIALIZED (
     WHERE t.id = c.id AND r.id = t.run_id AND d.id = r.dataset_id
     RETURNING {TASK_COLS}, t.lease_owner, c.state AS previous_state,
         c.lease_owner AS previous_owner, d.id AS dataset_id, d.name, d.provider, r."window",
-        r.scraper_version, COALESCE(d.lease_seconds, %s) AS lease_seconds, d.max_attempts,
-        d.max_elapsed_seconds
+        r.scraper_version, COALESCE(d.lease_seconds, d.lease_auto_seconds, %s) AS lease_seconds,
+        d.max_attempts, d.max_elapsed_seconds
 ), moved AS (
     -- counters: pending/retry_wait -> leased (an expired lease re-claimed changes no count)
     INSERT INTO recovery_taskcountdelta (run_id, partition, state, delta)
@@ -168,7 +174,8 @@ WITH due AS MATERIALIZED (
     RETURNING 1
 )
 SELECT id, task_key, run_id, url, page_type, partition, depth, navigation, attempt_count,
-    lease_token, first_attempt_at, recovery_batch_id, crash_count, previous_state, previous_owner,
+    lease_token, first_attempt_at, recovery_batch_id, crash_count, deferred_count, previous_state,
+    previous_owner,
     dataset_id, name, provider, "window", scraper_version, lease_seconds, max_attempts,
     max_elapsed_seconds
 FROM u
@@ -181,7 +188,9 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         return [claimed_from_row(row, lease) for row in cursor.fetchall()]
 
 
-def _unnest(prefix: str, rows: list[list[Any]], types: Sequence[str]) -> tuple[str, dict]:
+def _unnest(
+    prefix: str, rows: list[list[Any]], types: Sequence[str]
+) -> tuple[str, dict[str, list[Any]]]:
     """`unnest(%(prefix0)s::t0[], ...)` and its parameters: one array per column.
 
     Arrays, not a VALUES list with a placeholder per value: the statement text stays the same
@@ -194,7 +203,7 @@ def _unnest(prefix: str, rows: list[list[Any]], types: Sequence[str]) -> tuple[s
     return f"SELECT * FROM unnest({sql})", params
 
 
-_V_TYPES = ("bigint", "bigint", "varchar", "float8", "varchar", "integer")
+_V_TYPES = ("bigint", "bigint", "varchar", "float8", "varchar", "integer", "integer")
 
 
 _A_TYPES = (
@@ -209,7 +218,8 @@ _A_TYPES = (
     "jsonb",  # artefact
     "varchar",  # outcome when the fence matched
     "varchar",  # error_class
-    "text",  # error_detail (the SQL builds a lost lease's own)
+    "text",  # error_detail when the fence matched
+    "text",  # error_detail when it did not (plan.lost_detail)
     "varchar",  # payload_hash
 )
 
@@ -250,7 +260,7 @@ _C_TYPES = (
 
 
 COMMIT_SQL = """
-WITH v(id, token, state, delay, error_class, http_status) AS ({v}),
+WITH v(id, token, state, delay, error_class, http_status, deferred) AS ({v}),
 fenced AS (
     -- The fence: only while the task is still ours (leased to us, or held by our job)
     -- under our token.
@@ -258,13 +268,14 @@ fenced AS (
         remote_job_id = NULL, next_attempt_at = CASE WHEN v.delay IS NULL THEN t.next_attempt_at
             ELSE statement_timestamp() + make_interval(secs => v.delay) END,
         last_error_class = v.error_class, last_http_status = v.http_status,
+        deferred_count = t.deferred_count + v.deferred, first_attempt_at = {first_attempt},
         state_changed_at = statement_timestamp()
     FROM v
     WHERE t.id = v.id AND t.lease_token = v.token AND {held}
     RETURNING t.id, t.run_id, t.partition, t.state
 ),
 a(id, task_id, run_id, batch_id, token, scraper_version, started_at, http_status, artefact,
-    outcome, error_class, detail, payload_hash) AS ({a}),
+    outcome, error_class, detail, lost_detail, payload_hash) AS ({a}),
 attempts AS (
     INSERT INTO recovery_attempt (id, task_id, run_id, recovery_batch_id, lease_token, worker,
         scraper_version, started_at, finished_at, http_status, artefact, outcome, error_class,
@@ -272,11 +283,7 @@ attempts AS (
     SELECT a.id, a.task_id, a.run_id, a.batch_id, a.token, %(worker)s, a.scraper_version,
         a.started_at, %(finished)s, a.http_status, a.artefact,
         CASE WHEN f.id IS NULL THEN 'lost_lease' ELSE a.outcome END, a.error_class,
-        -- (the lost lease's detail as plan.lost_detail spells it, built only for the losers)
-        CASE WHEN f.id IS NULL THEN 'lost lease: token ' || a.token
-            || ' is no longer current; outcome ' || a.outcome || ' discarded'
-            || CASE WHEN a.detail <> '' THEN ' (' || a.detail || ')' ELSE '' END
-        ELSE a.detail END, a.payload_hash
+        CASE WHEN f.id IS NULL THEN a.lost_detail ELSE a.detail END, a.payload_hash
     FROM a LEFT JOIN fenced AS f ON f.id = a.task_id
     RETURNING 1
 ),
@@ -364,7 +371,7 @@ SELECT ARRAY(SELECT id FROM fenced),
 
 
 # The holder's part of the fence, with named parameters (Holder.sql's, for the one statement).
-HELD_SQL = {
+HELD_SQL: dict[str, str] = {
     TaskState.LEASED: "t.state = %(source)s AND t.lease_owner = %(worker)s",
     TaskState.REMOTE: "t.state = %(source)s AND t.remote_job_id = %(job)s",
     TaskState.COMMITTED: "t.state = %(source)s",
@@ -379,7 +386,10 @@ def build_commit(
     Apart so that a pipelined worker (recovery.commit_lane) does this Python work on its own
     thread and only the transaction on the commit thread: there it would compete for the GIL
     with the event loop running the next batch."""
-    v_rows, a_rows, o_rows, c_rows = [], [], [], []
+    v_rows: list[list[Any]] = []
+    a_rows: list[list[Any]] = []
+    o_rows: list[list[Any]] = []
+    c_rows: list[list[Any]] = []
     obs_by_seq: dict[int, ObservationRow] = {}
     for p in plans:
         c = p.claimed
@@ -391,32 +401,32 @@ def build_commit(
                  c.partition, row.payload_json, row.payload_hash, c.task_id, c.task_key,
                  p.attempt_id, c.scraper_version, row.verdict, row.rules_digest, row.state]
             )  # fmt: skip
-        for child in p.outcome.discovered:
-            try:
-                url = keys.canonical_url(child.url)
-                tkey = keys.task_key(c.dataset, url, c.window, child.page_type)
-            except keys.InvalidURL as exc:
-                log.warning("task %s discovered an unusable URL: %s", c.task_id, exc)
-                continue
+        for child in discovered_children(p):
             c_rows.append(
-                [len(c_rows), c.run_id, tkey, url, child.page_type, child.partition or c.partition,
-                 child.priority, child.discovery, c.task_id, min(c.depth + 1, 32767),
-                 canonical_json(child.navigation or {}), c.recovery_batch_id]
+                [len(c_rows), child.run_id, child.task_key, child.url, child.page_type,
+                 child.partition, child.priority, child.discovery, child.parent_id, child.depth,
+                 child.navigation_json, child.recovery_batch_id]
             )  # fmt: skip
         v_rows.append([c.task_id, c.lease_token, p.state, p.delay, p.error_class,
-                       p.outcome.http_status])  # fmt: skip
+                       p.outcome.http_status, 1 if p.deferred else 0])  # fmt: skip
         a_rows.append(
             [p.attempt_id, c.task_id, c.run_id, c.recovery_batch_id, c.lease_token,
              c.scraper_version, c.started_at, p.outcome.http_status,
              json.dumps(p.artefact) if p.artefact is not None else None, p.attempt_outcome,
-             p.error_class, p.error_detail, p.payload_hash]
+             p.error_class, p.error_detail, lost_detail(p), p.payload_hash]
         )  # fmt: skip
     v_sql, v_params = _unnest("v", v_rows, _V_TYPES)
     a_sql, a_params = _unnest("a", a_rows, _A_TYPES)
     o_sql, o_params = _unnest("o", o_rows, _O_TYPES)
     c_sql, c_params = _unnest("c", c_rows, _C_TYPES)
     sql = COMMIT_SQL.format(
-        v=v_sql, a=a_sql, o=o_sql, c=c_sql, held=HELD_SQL[holder.source], pending=PENDING_SQL
+        v=v_sql,
+        a=a_sql,
+        o=o_sql,
+        c=c_sql,
+        held=HELD_SQL[holder.source],
+        pending=PENDING_SQL,
+        first_attempt=DEFERRED_FIRST_ATTEMPT.format(t="t"),
     )
     params = {
         "source": str(holder.source),
@@ -445,10 +455,13 @@ def _run_commit(
     summary = CommitSummary()
     with transaction.atomic(), _pg_cursor() as cursor:
         cursor.execute(sql, params, prepare=True)
-        fenced_ids, summary.observations, summary.discovered, held = cursor.fetchone()
+        row = cursor.fetchone()
+        if row is None:  # its final SELECT has no FROM: exactly one row, always
+            raise RuntimeError("the commit statement returned no row")
+        fenced_ids, summary.observations, summary.discovered, held = row
         if held:
             # Rows of a published run that already exist become versioned corrections
-            # (recovery.corrections), in this same transaction; new keys are upserted.
+            # (recovery.delivery.corrections), in this same transaction; new keys are upserted.
             rows = {}
             for seq in sorted(held):
                 rows[obs_by_seq[seq].observation_key] = obs_by_seq[seq]
@@ -459,6 +472,9 @@ def _run_commit(
                         django_cursor, kept, dt_param(finished)
                     )
         fenced = set(fenced_ids)
+        incidents.record_pages(
+            page_incidents([p for p in plans if p.claimed.task_id in fenced]), finished
+        )
         for p in plans:
             if p.claimed.task_id in fenced:
                 summary.states[p.state] = summary.states.get(p.state, 0) + 1

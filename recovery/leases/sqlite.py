@@ -11,48 +11,54 @@ import random
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import OperationalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 
-from recovery import corrections, counters, faults, keys
+from recovery import counters, faults
+from recovery.counters import Change
+from recovery.delivery import corrections
 from recovery.leases.plan import (
     WORKER,
     Claimed,
     CommitSummary,
     Holder,
     Plan,
-    canonical_json,
     claimed_from_row,
+    discovered_children,
+    lost_detail,
     observation_rows,
+    page_incidents,
 )
 from recovery.leases.statements import (
     CHUNK,
-    CLAIMABLE_SQL,
+    DEFERRED_FIRST_ATTEMPT,
     LEASED_SQL,
     SQLITE_NOW,
     TASK_COLS,
+    TimeParam,
     dt_param,
+    due_sql,
     is_suspect,
     plus_seconds_sql,
     upsert_observations,
     upsert_worker_sql,
     values_sql,
 )
-from recovery.providers.base import Outcome
-from recovery.states.task import TaskState
+from recovery.ops import incidents
+from recovery.outcomes import Outcome
+from recovery.states.choices import TaskState
 
 log = logging.getLogger(__name__)
 
-
-# "Due by now" compares against the end of the current millisecond: rows written by Python
-# carry microseconds, and a task made due "now" must not wait for the next millisecond.
-_SQLITE_DUE = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '999')"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def retry_locked(fn, *args, **kwargs):
+def retry_locked(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """Run a short write transaction, retrying SQLite's "database is locked".
 
     The busy timeout (30 s) already queues writers; this only covers the rare give-up under
@@ -78,7 +84,7 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, state, lease_owner, crash_count FROM recovery_task "
-            f"WHERE state IN {CLAIMABLE_SQL} AND next_attempt_at <= {_SQLITE_DUE} "
+            f"WHERE {due_sql(pg=False)} "
             f"ORDER BY priority DESC, next_attempt_at LIMIT %s",
             [limit],
         )
@@ -91,7 +97,7 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         ids = list(previous)
         marks = ", ".join(["%s"] * len(ids))
         lease_expr = (
-            "(SELECT COALESCE(d.lease_seconds, %s) FROM recovery_run r "
+            "(SELECT COALESCE(d.lease_seconds, d.lease_auto_seconds, %s) FROM recovery_run r "
             "JOIN recovery_dataset d ON d.id = r.dataset_id WHERE r.id = recovery_task.run_id)"
         )
         until = plus_seconds_sql(lease_expr)
@@ -110,7 +116,8 @@ def claim(worker_id: str, limit: int, lease: int) -> list[Claimed]:
         run_ids = sorted({row[2] for row in rows})
         cursor.execute(
             'SELECT r.id, d.id, d.name, d.provider, r."window", r.scraper_version, '
-            "COALESCE(d.lease_seconds, %s), d.max_attempts, d.max_elapsed_seconds "
+            "COALESCE(d.lease_seconds, d.lease_auto_seconds, %s), d.max_attempts, "
+            "d.max_elapsed_seconds "
             "FROM recovery_run r JOIN recovery_dataset d ON d.id = r.dataset_id "
             f"WHERE r.id IN ({', '.join(['%s'] * len(run_ids))})",
             [lease, *run_ids],
@@ -137,7 +144,7 @@ def _record_claim_counters(claimed: list[Claimed]) -> None:
     )
 
 
-def _record_takeovers(cursor, worker_id: str, claimed: list[Claimed]) -> None:
+def _record_takeovers(cursor: CursorWrapper, worker_id: str, claimed: list[Claimed]) -> None:
     """An expired lease taken over means its holder never committed (it crashed, stalled or
     lost its database): record that attempt as lost_lease now, so every execution stays
     traceable (guarantee 3) even when its worker died before writing anything."""
@@ -171,7 +178,9 @@ def heartbeat_rows(worker_id: str, claimed: Sequence[Claimed]) -> set[int]:
     return held
 
 
-def _fence(cursor, worker_id: str, plans: list[Plan], holder: Holder = WORKER) -> set[int]:
+def _fence(
+    cursor: CursorWrapper, worker_id: str, plans: list[Plan], holder: Holder = WORKER
+) -> set[int]:
     """The fenced UPDATE for every task of the batch, first, so a stale worker writes nothing.
 
     Each row matches only while its holder still holds it (state = leased and owner = us, or
@@ -179,9 +188,8 @@ def _fence(cursor, worker_id: str, plans: list[Plan], holder: Holder = WORKER) -
     """
     params: list[Any] = []
     for p in plans:
-        delay = p.delay
-        if delay is not None:
-            delay = f"{delay:.6f}"  # SQLite date modifiers want plain decimal text
+        # SQLite date modifiers want plain decimal text.
+        delay = None if p.delay is None else f"{p.delay:.6f}"
         params += [
             p.claimed.task_id,
             p.claimed.lease_token,
@@ -189,17 +197,20 @@ def _fence(cursor, worker_id: str, plans: list[Plan], holder: Holder = WORKER) -
             delay,
             p.error_class,
             p.outcome.http_status,
+            1 if p.deferred else 0,
         ]
     later = plus_seconds_sql("v.delay")
-    values = values_sql(len(plans), ("",) * 6)
+    values = values_sql(len(plans), ("",) * 7)
     held, held_params = holder.sql("recovery_task", worker_id)
     sql = (
-        f"WITH v(id, token, state, delay, error_class, http_status) AS (VALUES {values}) "
+        f"WITH v(id, token, state, delay, error_class, http_status, deferred) AS (VALUES {values}) "
         f"UPDATE recovery_task SET state = v.state, lease_owner = '', lease_until = NULL, "
         f"remote_job_id = NULL, "
         f"next_attempt_at = CASE WHEN v.delay IS NULL THEN recovery_task.next_attempt_at "
         f"ELSE {later} END, "
         f"last_error_class = v.error_class, last_http_status = v.http_status, "
+        f"deferred_count = recovery_task.deferred_count + v.deferred, "
+        f"first_attempt_at = {DEFERRED_FIRST_ATTEMPT.format(t='recovery_task')}, "
         f"state_changed_at = {SQLITE_NOW} "
         f"FROM v WHERE recovery_task.id = v.id AND recovery_task.lease_token = v.token "
         f"AND {held} RETURNING recovery_task.id"
@@ -208,7 +219,9 @@ def _fence(cursor, worker_id: str, plans: list[Plan], holder: Holder = WORKER) -
     return {row[0] for row in cursor.fetchall()}
 
 
-def _insert_attempts(cursor, rows: list[tuple[Plan, str, str, str]], finished) -> None:
+def _insert_attempts(
+    cursor: CursorWrapper, rows: list[tuple[Plan, str, str, str]], finished: datetime
+) -> None:
     """Attempt rows: (plan, outcome, error_detail, worker) — one multi-row INSERT per chunk."""
     casts = ("",) * 15
     finished_param = dt_param(finished)
@@ -242,32 +255,27 @@ def _insert_attempts(cursor, rows: list[tuple[Plan, str, str, str]], finished) -
         )
 
 
-def _insert_children(cursor, plans: list[Plan], now_param) -> tuple[int, list]:
+def _insert_children(
+    cursor: CursorWrapper, plans: list[Plan], now_param: TimeParam
+) -> tuple[int, list[Change]]:
     """Discovered URLs become tasks in the parent's transaction (the task table is the seen
     set: ON CONFLICT (task_key) DO NOTHING). Returns (new tasks, counter changes)."""
     rows: dict[str, list[Any]] = {}
     for plan in plans:
-        c = plan.claimed
-        for child in plan.outcome.discovered:
-            try:
-                url = keys.canonical_url(child.url)
-                tkey = keys.task_key(c.dataset, url, c.window, child.page_type)
-            except keys.InvalidURL as exc:
-                log.warning("task %s discovered an unusable URL: %s", c.task_id, exc)
-                continue
+        for child in discovered_children(plan):
             rows.setdefault(
-                tkey,
+                child.task_key,
                 [
-                    c.run_id,
-                    tkey,
-                    url,
+                    child.run_id,
+                    child.task_key,
+                    child.url,
                     child.page_type,
-                    child.partition or c.partition,
+                    child.partition,
                     child.priority,
                     child.discovery,
-                    c.task_id,
-                    min(c.depth + 1, 32767),
-                    canonical_json(child.navigation or {}),
+                    child.parent_id,
+                    child.depth,
+                    child.navigation_json,
                     "pending",
                     0,
                     now_param,
@@ -277,7 +285,7 @@ def _insert_children(cursor, plans: list[Plan], now_param) -> tuple[int, list]:
                     None,
                     "",
                     None,
-                    c.recovery_batch_id,
+                    child.recovery_batch_id,
                     now_param,
                     now_param,
                 ],
@@ -308,7 +316,9 @@ def _insert_children(cursor, plans: list[Plan], now_param) -> tuple[int, list]:
         cursor.execute(
             "UPDATE recovery_run SET task_total = task_total + %s WHERE id = %s", [n, run_id]
         )
-    changes = [(run_id, part, None, TaskState.PENDING, n) for (run_id, part), n in per_part.items()]
+    changes: list[Change] = [
+        (run_id, part, None, TaskState.PENDING, n) for (run_id, part), n in per_part.items()
+    ]
     return len(inserted), changes
 
 
@@ -324,16 +334,10 @@ def commit(worker_id: str, plans: list[Plan], finished: datetime, holder: Holder
         attempt_rows = [(p, p.attempt_outcome, p.error_detail, worker_id) for p in won]
         # A lost lease still leaves a traceable Attempt (guarantee 3), but none of its writes:
         # no observation, no child, no state change.
-        for p in lost:
-            detail = (
-                f"lost lease: token {p.claimed.lease_token} is no longer current; "
-                f"outcome {p.attempt_outcome} discarded"
-            )
-            if p.error_detail:
-                detail += f" ({p.error_detail})"
-            attempt_rows.append((p, "lost_lease", detail, worker_id))
+        attempt_rows += [(p, "lost_lease", lost_detail(p), worker_id) for p in lost]
         if attempt_rows:
             _insert_attempts(cursor, attempt_rows, finished)
+        incidents.record_pages(page_incidents(won), finished)
         obs_rows = [r for r in obs_rows if id(r.plan) in won_ids]
         # A changed value of a published run becomes a versioned correction (not an overwrite).
         obs_rows = corrections.divert_published(obs_rows)

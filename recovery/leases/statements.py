@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
-from recovery.corrections import ObservationRow
-from recovery.states.task import CLAIMABLE_ORDER, TaskState, sql_list
+from recovery.delivery.corrections import ObservationRow
+from recovery.states.choices import CLAIMABLE_ORDER, TaskState
+from recovery.states.task import sql_list
 
 # Django stores SQLite datetimes as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'; this is the SQL
 # clock in the same shape (milliseconds), so text comparison orders them correctly.
@@ -36,7 +38,18 @@ CHUNK = 500  # rows per multi-row INSERT (far below both databases' parameter li
 
 TASK_COLS = (
     "t.id, t.task_key, t.run_id, t.url, t.page_type, t.partition, t.depth, t.navigation, "
-    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id, t.crash_count"
+    "t.attempt_count, t.lease_token, t.first_attempt_at, t.recovery_batch_id, t.crash_count, "
+    "t.deferred_count"
+)
+
+
+# The fence's first_attempt_at (both databases, `{t}` the task table's name in the statement,
+# `v.deferred` 1 for a deferral): a deferral made before any counted attempt clears it, so the
+# elapsed budget starts at the first attempt that counts (plan.plan_outcome's deferral). The
+# SET sees the row as the claim left it: attempt_count includes this claim.
+DEFERRED_FIRST_ATTEMPT = (
+    "CASE WHEN v.deferred = 1 AND {t}.attempt_count - {t}.crash_count - {t}.deferred_count <= 1 "
+    "THEN NULL ELSE {t}.first_attempt_at END"
 )
 
 
@@ -57,6 +70,27 @@ def now_sql() -> str:
     return "statement_timestamp()" if is_pg() else SQLITE_NOW
 
 
+def due_sql(*, pg: bool | None = None, ahead: bool = False) -> str:
+    """When a task is due, spelled once: the claim selects by it, the dispatcher counts it and
+    the worker's idle check probes it, so none of them wakes for work the claim would not take.
+
+    A claimable state (task_claim_idx's condition, so the index serves all three) whose
+    next_attempt_at the database clock has reached; a leased task whose lease ran out is due
+    too, since a claim sets next_attempt_at to lease_until. On SQLite the clock is the end of
+    the current millisecond: rows written by Python carry microseconds, and a task made due
+    "now" must not wait for the next millisecond. `ahead`: the clock moved on by a %s
+    parameter of seconds (due within that time). `pg`: which database (default: this one's),
+    for a statement built at import."""
+    if pg is None:
+        pg = is_pg()
+    if pg:
+        clock = "statement_timestamp()" + (" + make_interval(secs => %s)" if ahead else "")
+    else:
+        shift = ", '+' || %s || ' seconds'" if ahead else ""
+        clock = f"(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'{shift}) || '999')"
+    return f"state IN {CLAIMABLE_SQL} AND next_attempt_at <= {clock}"
+
+
 def plus_seconds_sql(expr: str) -> str:
     """SQL for database-now + `expr` seconds (expr is SQL yielding a number)."""
     if is_pg():
@@ -64,7 +98,12 @@ def plus_seconds_sql(expr: str) -> str:
     return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || ({expr}) || ' seconds')"
 
 
-def dt_param(value: datetime | None):
+# A datetime as a raw statement's parameter: UTC text on SQLite, the datetime itself on
+# PostgreSQL (whose adapter django-stubs does not override: its base says text).
+TimeParam = str | datetime | None
+
+
+def dt_param(value: datetime | None) -> TimeParam:
     return connection.ops.adapt_datetimefield_value(value)
 
 
@@ -77,7 +116,9 @@ def values_sql(n_rows: int, casts: Sequence[str]) -> str:
     return ", ".join([one] * n_rows)
 
 
-def upsert_observations(cursor, rows: list[ObservationRow], now_param) -> int:
+def upsert_observations(
+    cursor: CursorWrapper, rows: list[ObservationRow], now_param: TimeParam
+) -> int:
     pg = is_pg()
     json_mark = "::jsonb" if pg else ""
     casts = ("",) * 5 + (json_mark,) + ("",) * 11

@@ -1,28 +1,28 @@
 """The browser provider: render each page in headless Chromium, then check, extract, discover.
 
 For pages whose data a script inserts after load (the direct provider sees an empty shell).
-Per worker process: one Chromium (recovery.chromium: Playwright's driver on Debian's
+Per worker process: one Chromium (recovery.fetch.chromium: Playwright's driver on Debian's
 Chromium, killed with the worker), at most `concurrency` contexts open at once and `per_host`
 per host, and one fresh context per task (no cookies, storage or cache shared between tasks).
 
 One task, all inside one total `deadline`:
 1. the URL is checked as the direct provider checks it (scheme, credentials, numeric host),
-   and against the origin's robots.txt with the direct provider's own code (recovery.robots,
+   and against the origin's robots.txt with the direct provider's own code (recovery.fetch.robots,
    read through a guarded `Fetcher`): a refused URL is `robots_disallowed`, never navigated to,
    and a Crawl-delay spaces navigations to that host;
 2. a context is opened whose only way out is the task's own `GuardedProxy`
-   (recovery.browser_proxy): every request the page makes is checked by the direct provider's
+   (recovery.fetch.browser_proxy): every request the page makes is checked by the direct provider's
    address policy and connected to the checked address; service workers are blocked;
 3. navigation waits for `wait` (load, domcontentloaded, networkidle) and, with `wait_for`, for
    a CSS selector (up to `wait_timeout`; if it never appears, the checks below say why);
 4. optional bounded `scroll_steps` and `load_more` clicks (up to `max_steps`);
-5. the rendered DOM goes through the same page-state checks (recovery.pagechecks), extraction
+5. the rendered DOM goes through the same page-state checks (recovery.fetch.pagechecks), extraction
    and discovery as the direct provider's (`DirectProvider.extract`), and the status through
    the same retry-table classes.
 
 Failures: a refused document is `blocked_url`; refused subresources are listed in the
 attempt's artefact (`refused`) whatever the outcome. A page-state or extraction failure keeps a
-PNG screenshot (capped at `screenshot_max_bytes`) and the rendered HTML (recovery.artefacts).
+PNG screenshot (capped at `screenshot_max_bytes`) and the rendered HTML (recovery.fetch.artefacts).
 The deadline, navigation timeouts and network errors are `network` (retried); a browser that
 crashed or stopped answering is `network` too and is relaunched for the next task; anything
 unexpected is `internal_error`.
@@ -40,14 +40,24 @@ from urllib.parse import urlsplit
 import httpx
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import artefacts, extraction, failures, robots
-from recovery.browser_proxy import GuardedProxy
-from recovery.chromium import BrowserMissing, close_shared, shared
-from recovery.http import AddressGuard, BlockedURL, Fetcher, Page, default_port
-from recovery.logs import redact
-from recovery.pagechecks import PageCheckFailure, PageView, check_page
-from recovery.providers.base import ErrorClass, Outcome, TaskInput
-from recovery.providers.direct import BODY_EXCERPT_BYTES, DirectProvider, classify_status
+from recovery import failures
+from recovery.fetch import artefacts, extraction, robots
+from recovery.fetch.browser_proxy import GuardedProxy
+from recovery.fetch.chromium import BrowserMissing, close_shared, shared
+from recovery.fetch.errors import BlockedURL, TurnDeferred
+from recovery.fetch.fetcher import Fetcher
+from recovery.fetch.guard import AddressGuard, default_port
+from recovery.fetch.pagechecks import PageCheckFailure, PageView, check_page
+from recovery.fetch.responses import Page
+from recovery.ops.logs import redact
+from recovery.outcomes import ErrorClass, Outcome, TaskInput
+from recovery.providers.direct import (
+    BODY_EXCERPT_BYTES,
+    DirectProvider,
+    auth_verdict,
+    classify_status,
+    deferral,
+)
 from recovery.providers.registry import register
 
 log = logging.getLogger(__name__)
@@ -241,8 +251,11 @@ class BrowserProvider:
         refusal = await self.robots_refusal(task)
         if refusal is not None:
             return refusal
-        if robots.obeys(task.spec):
-            await self.robots.pace(task.url)
+        if robots.keeps_crawl_delay(task.spec):
+            try:
+                await self.robots.pace(task.url)
+            except TurnDeferred as exc:  # the host's shared turn is far: defer, not sleep
+                return deferral(exc)
         chromium = shared(self.executable)
         browser = await chromium.browser()
         proxy = GuardedProxy(self.guard)
@@ -328,7 +341,8 @@ class BrowserProvider:
                 outcome.retry_after = failures.parse_retry_after(
                     headers["retry-after"], datetime.now(UTC)
                 )
-            return outcome
+            # A 401/403 is retried like the direct provider's, with its default bounds.
+            return auth_verdict(outcome, task.attempt_count)
         if self.wait_for:
             # If it never appears, the page-state checks below say what the page is instead.
             with contextlib.suppress(_PlaywrightTimeout):

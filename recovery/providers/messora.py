@@ -26,6 +26,7 @@ from recovery.providers.remote_base import (
     RemoteTask,
     SubmitAmbiguous,
     Submitted,
+    exchange_of,
     sanitise,
     send_create,
     send_lookup,
@@ -105,7 +106,9 @@ class MessoraProvider(RemoteApiProvider):
         except (ValueError, KeyError, TypeError):
             # Accepted, but no readable id: a job may exist that we cannot name.
             raise SubmitAmbiguous(
-                f"HTTP {response.status_code} without a job_id", response.status_code
+                f"HTTP {response.status_code} without a job_id",
+                response.status_code,
+                exchange_of(response),
             ) from None
         return Submitted(job_id, sanitise({"status": data.get("status"), "job_id": job_id}))
 
@@ -135,9 +138,12 @@ class MessoraProvider(RemoteApiProvider):
                 credits_used=credits,
                 detail=str(job.get("error") or "FAILURE"),
                 response=summary,
+                exchange=exchange_of(answer),
             )
         if state == "REVOKED":
-            return JobStatus(Poll.REVOKED, credits_used=credits, response=summary)
+            return JobStatus(
+                Poll.REVOKED, credits_used=credits, response=summary, exchange=exchange_of(answer)
+            )
         if state != "SUCCESS":
             return JobStatus(Poll.RETRY, detail=f"unexpected status {state!r}", response=summary)
         items = []

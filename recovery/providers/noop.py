@@ -5,7 +5,7 @@ Used by the claim/commit benchmark and engine tests, so that they measure the en
 
 from __future__ import annotations
 
-from recovery.providers.base import Observed, Outcome, TaskInput
+from recovery.outcomes import Observed, Outcome, TaskInput
 from recovery.providers.registry import register
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from django.conf import settings
 
 from recovery.providers.registry import register
@@ -25,18 +26,16 @@ from recovery.providers.remote_base import (
     RemoteApiProvider,
     RemoteItem,
     RemoteTask,
+    ResultUnavailable,
     SubmitAmbiguous,
     Submitted,
+    exchange_of,
     sanitise,
     send_create,
     send_lookup,
 )
 
 _PENDING = {"queued", "processing", "pending", "started"}
-
-
-class ResultUnavailable(Exception):
-    """A fresh link could not be obtained (the job is not completed, or the lookup failed)."""
 
 
 @register("tornado")
@@ -90,11 +89,15 @@ class TornadoProvider(RemoteApiProvider):
             job_id = str(response.json()["job_id"])
         except (ValueError, KeyError, TypeError):
             raise SubmitAmbiguous(
-                f"HTTP {response.status_code} without a job_id", response.status_code
+                f"HTTP {response.status_code} without a job_id",
+                response.status_code,
+                exchange_of(response),
             ) from None
         return Submitted(job_id, {"job_id": job_id})
 
-    async def _lookup(self, provider_job_id: str) -> dict[str, Any] | JobStatus:
+    async def _lookup(
+        self, provider_job_id: str
+    ) -> tuple[dict[str, Any], httpx.Response] | JobStatus:
         answer = await send_lookup(
             self._http(), f"{self.base_url}/jobs/{provider_job_id}", deadline=self.request_timeout
         )
@@ -105,12 +108,13 @@ class TornadoProvider(RemoteApiProvider):
             job["status"] = str(job["status"]).lower()
         except (ValueError, KeyError, TypeError):
             return JobStatus(Poll.RETRY, detail="status answer without a status")
-        return job
+        return job, answer
 
     async def status(self, provider_job_id: str) -> JobStatus:
-        job = await self._lookup(provider_job_id)
-        if isinstance(job, JobStatus):
-            return job
+        found = await self._lookup(provider_job_id)
+        if isinstance(found, JobStatus):
+            return found
+        job, answer = found
         state = job["status"]
         result = job.get("result") if isinstance(job.get("result"), dict) else {}
         # The signed URL is a temporary credential of its own: it is never stored.
@@ -126,9 +130,14 @@ class TornadoProvider(RemoteApiProvider):
         if state in _PENDING:
             return JobStatus(Poll.PENDING, response=summary)
         if state == "failed":
-            return JobStatus(Poll.FAILURE, detail=str(job.get("error") or state), response=summary)
+            return JobStatus(
+                Poll.FAILURE,
+                detail=str(job.get("error") or state),
+                response=summary,
+                exchange=exchange_of(answer),
+            )
         if state in ("cancelled", "canceled", "revoked"):
-            return JobStatus(Poll.REVOKED, response=summary)
+            return JobStatus(Poll.REVOKED, response=summary, exchange=exchange_of(answer))
         if state != "completed":
             return JobStatus(Poll.RETRY, detail=f"unexpected status {state!r}", response=summary)
         object_key = str(result.get("object_key") or "")
@@ -148,9 +157,10 @@ class TornadoProvider(RemoteApiProvider):
 
     async def result_url(self, provider_job_id: str, result_ref: str) -> str:
         """A fresh signed link to the stored object, by looking the job up (no regeneration)."""
-        job = await self._lookup(provider_job_id)
-        if isinstance(job, JobStatus):
-            raise ResultUnavailable(job.detail or job.outcome)
+        found = await self._lookup(provider_job_id)
+        if isinstance(found, JobStatus):
+            raise ResultUnavailable(found.detail or found.outcome)
+        job, _answer = found
         result = job.get("result") if isinstance(job.get("result"), dict) else {}
         if job["status"] != "completed" or result.get("object_key") != result_ref:
             raise ResultUnavailable(f"job {provider_job_id} has no result {result_ref!r}")

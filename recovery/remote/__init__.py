@@ -5,15 +5,26 @@ Submission and collection are separate phases, each safe to crash in, each its o
 an ambiguous send -> `unknown`, reconcile), `poll` (fenced lease on the job row, many jobs at
 once), `importing` (items by (job, item_index), each task's outcome through the engine's
 fenced commit, fenced by the job and the task's token), `handoff` (media results through the
-outbox), `jobs` (what the phases share, and the reads), `steps` (what the engine's loops call).
+outbox, to the consumer's acknowledgement, expired links and missing files; `acknowledge` is
+its endpoint), `jobs` (what the phases share, and the reads), `steps` (what the engine's loops
+call), `reconcile` (an operator's resolutions of unknown and lookup-failed jobs), `webhooks`
+(Web Scraper Cloud's final-status notification, a hint to poll) and `cloud_sitemaps` (a Cloud
+dataset's sitemap, created or updated from its file).
 Providers implement recovery.providers.remote_base.RemoteProvider and never touch the database.
 
 This package's face: the names the rest of the engine, the dashboard and the tests use.
 """
 
-from recovery.providers.base import ErrorClass
+from recovery.outcomes import ErrorClass
 from recovery.providers.remote_base import JobStatus, Poll, SubmitAmbiguous, SubmitRejected
-from recovery.remote.handoff import fresh_result_url, sync_handoffs
+from recovery.remote.handoff import (
+    HandoffError,
+    consumer_finished,
+    fresh_result_url,
+    refresh_media,
+    regenerate_media,
+    sync_handoffs,
+)
 from recovery.remote.importing import import_results
 from recovery.remote.jobs import (
     adopt_early_receipts,
@@ -39,12 +50,14 @@ from recovery.remote.submit import open_jobs, submit_claimed, submit_step
 
 __all__ = [
     "ErrorClass",
+    "HandoffError",
     "JobStatus",
     "Poll",
     "SubmitAmbiguous",
     "SubmitRejected",
     "adopt_early_receipts",
     "claim_due_polls",
+    "consumer_finished",
     "create_job",
     "credits_by_run",
     "dispatch_hook",
@@ -61,6 +74,8 @@ __all__ = [
     "provider_for",
     "reconcile_queue",
     "record_poll",
+    "refresh_media",
+    "regenerate_media",
     "remote_work_possible",
     "step",
     "submit_claimed",

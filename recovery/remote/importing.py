@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import keys, leases, logs
+from recovery import keys, leases
 from recovery.failures import Action, rule_for
-from recovery.providers.base import ErrorClass, Observed, Outcome
+from recovery.ops import logs
+from recovery.outcomes import ErrorClass, Observed, Outcome
 from recovery.providers.remote_base import (
     JobStatus,
     RemoteItem,
@@ -28,14 +30,16 @@ from recovery.remote.jobs import (
     tasks_of,
     worker_label,
 )
-from recovery.states.delivery import DeliveryState
-from recovery.states.remote_job import POLLABLE, RemoteJobState
-from recovery.states.task import TaskState
+from recovery.states.choices import HandoffState, RemoteJobState, TaskState
+from recovery.states.remote_job import POLLABLE
+
+if TYPE_CHECKING:
+    from recovery.models import Observation, RemoteJob
 
 log = logging.getLogger(__name__)
 
 
-def _entity_key(spec: dict, item: RemoteItem, task_url: str = "") -> str:
+def _entity_key(spec: dict[str, Any], item: RemoteItem, task_url: str = "") -> str:
     rule = (spec or {}).get("entity_key") or {"from": "url"}
     if "field" in rule and item.payload and item.payload.get(rule["field"]) not in (None, ""):
         return str(item.payload[rule["field"]])
@@ -46,7 +50,9 @@ def _entity_key(spec: dict, item: RemoteItem, task_url: str = "") -> str:
         return url
 
 
-def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int], kind: str):
+def _task_for(
+    item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int], kind: str
+) -> int | None:
     if len(tasks) == 1 and kind != "batch":
         return tasks[0].task_id
     try:
@@ -55,7 +61,7 @@ def _task_for(item: RemoteItem, tasks: list[RemoteTask], by_url: dict[str, int],
         return None
 
 
-def import_results(job, token: int, status: JobStatus) -> bool:
+def import_results(job: RemoteJob, token: int, status: JobStatus) -> bool:
     """Commit a SUCCESS job: items by (job, item_index), observations by key, task outcomes,
     retry job for retriable items, job -> completed, all in one transaction fenced by the
     job's lease token. Safe to repeat (a re-sync after Continue adds only the new items)."""
@@ -127,7 +133,8 @@ def import_results(job, token: int, status: JobStatus) -> bool:
                         entity_of[item.index], clean_payload(item.payload) if item.payload else {}
                     )
                 )
-        claimed, outcomes = [], []
+        claimed: list[leases.Claimed] = []
+        outcomes: list[Outcome] = []
         for pk in sorted(held):
             claimed.append(claimed_for(task_rows[pk], run, job))
             outcomes.append(_outcome_for(job, good.get(pk, 0), bad.get(pk, []), observed[pk]))
@@ -152,7 +159,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
             )
 
         # Items, insert-if-missing by (job, item_index), pointing at their observations.
-        obs_by_key = {}
+        obs_by_key: dict[int, Observation] = {}
         wanted = {
             keys.observation_key(run.dataset.name, key, run.window): index
             for index, key in entity_of.items()
@@ -178,7 +185,7 @@ def import_results(job, token: int, status: JobStatus) -> bool:
         RemoteJobItem.objects.bulk_create(item_rows, ignore_conflicts=True)
 
         stopped = (status.stopped_reason or "")[:64]
-        fields = {
+        fields: dict[str, object] = {
             "credits_used": status.credits_used
             if status.credits_used is not None
             else job.credits_used,
@@ -204,13 +211,14 @@ def import_results(job, token: int, status: JobStatus) -> bool:
             Run.objects.filter(pk=run.pk).exclude(coverage_note__contains=note).update(
                 coverage_note=(f"{run.coverage_note}\n{note}" if run.coverage_note else note)
             )
-        if status.result_ref and getattr(provider_for(run.dataset), "handoff", False):
-            from recovery import outbox
+        if status.result_ref and provider_for(run.dataset).handoff:
+            from recovery.delivery import outbox
 
             # The media handoff is its own delivery machine, announced through the outbox in
-            # this transaction, once: only the first import moves handoff_state from "".
+            # this transaction, once: only the first import moves handoff_state from "", and
+            # stamps when our application accepted the delivered result (seed 003).
             if RemoteJob.objects.filter(pk=job.pk, handoff_state="").update(
-                handoff_state=DeliveryState.UNSENT
+                handoff_state=HandoffState.UNSENT, result_accepted_at=now
             ):
                 outbox.enqueue(
                     run,
@@ -231,7 +239,9 @@ def import_results(job, token: int, status: JobStatus) -> bool:
     return True
 
 
-def _outcome_for(job, good: int, bad: list[ErrorClass], observed: list[Observed]) -> Outcome:
+def _outcome_for(
+    job: RemoteJob, good: int, bad: list[ErrorClass], observed: list[Observed]
+) -> Outcome:
     """A task's result in this job: success if any item succeeded (or, for crawl/search/cloud
     jobs, if none failed); otherwise its items' worst class (a non-retriable one wins)."""
     where = {"reason": f"{job.provider} {job.kind} job {job.provider_job_id} (remote job {job.pk})"}

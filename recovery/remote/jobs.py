@@ -6,24 +6,31 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from recovery import leases
 from recovery.failures import Action, rule_for
-from recovery.providers.base import ErrorClass, Outcome
+from recovery.ops import incidents
+from recovery.outcomes import ErrorClass, Outcome
 from recovery.providers.remote_base import (
+    Exchange,
     RemoteProvider,
     RemoteTask,
     sanitise,
 )
 from recovery.states.base import check_move
-from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
-from recovery.states.task import TaskState
+from recovery.states.choices import RemoteJobState, TaskState
+from recovery.states.remote_job import ALLOWED, POLLABLE
+
+if TYPE_CHECKING:
+    from recovery.models import Dataset, RemoteJob, Run, Task
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +101,14 @@ def remote_work_possible() -> bool:
     return bool(_presence["present"])
 
 
-def provider_for(dataset) -> RemoteProvider:
+def provider_for(dataset: Dataset) -> RemoteProvider:
     from recovery.providers import get_provider
 
     options = dict((dataset.spec or {}).get("provider_options") or {})
-    return get_provider(dataset.provider, **options)
+    provider = get_provider(dataset.provider, **options)
+    if not isinstance(provider, RemoteProvider):
+        raise TypeError(f"dataset {dataset.name}: provider {dataset.provider!r} is not remote")
+    return provider
 
 
 def worker_label(job_pk: int) -> str:
@@ -123,7 +133,13 @@ def fault(name: str) -> None:
     faults.point(name)
 
 
-def guarded(job_pk: int, source: str, target: str, fence: dict | None = None, **fields) -> bool:
+def guarded(
+    job_pk: int,
+    source: str,
+    target: str,
+    fence: Mapping[str, object] | None = None,
+    **fields: object,
+) -> bool:
     """One compare-and-set UPDATE of a job's state (and its lease when `fence` is given)."""
     from recovery.models import RemoteJob
 
@@ -135,19 +151,39 @@ def guarded(job_pk: int, source: str, target: str, fence: dict | None = None, **
     )
 
 
-def tasks_of(job) -> list[RemoteTask]:
+def keep_incident(
+    job: RemoteJob, seen: Exchange | None, *, source: str, outcome: str, detail: str = ""
+) -> None:
+    """Keep a terminal answer about `job` as an Incident (seed 001 §04), in the caller's
+    transaction: the one that records what the answer meant. No answer (the connection
+    failed), no incident: there is no response to keep."""
+    if seen is None:
+        return
+    incidents.record(
+        seen,
+        provider=job.provider,
+        source=source,
+        outcome=outcome,
+        detail=detail,
+        request_options=job.request_options or {},
+        run_id=job.run_id,
+        remote_job_id=job.pk,
+        attempt_id=job.attempt_id,
+        task_id=job.attempt.task_id,
+    )
+
+
+def tasks_of(job: RemoteJob) -> list[RemoteTask]:
     return [
         RemoteTask(t["id"], t["url"], t.get("navigation") or {})
         for t in (job.input_ref or {}).get("tasks", [])
     ]
 
 
-def claimed_for(task, run, job):
+def claimed_for(task: Task, run: Run, job: RemoteJob) -> leases.Claimed:
     """The engine's view of a task this job holds (its fence: the job + the task's token)."""
-    from recovery.leases import Claimed
-
     dataset = run.dataset
-    return Claimed(
+    return leases.Claimed(
         task_id=task.pk,
         task_key=task.task_key,
         run_id=run.pk,
@@ -167,14 +203,18 @@ def claimed_for(task, run, job):
         provider=dataset.provider,
         window=run.window,
         scraper_version=run.scraper_version,
-        lease_seconds=dataset.lease_seconds or settings.SALVAGE_LEASE_SECONDS,
+        lease_seconds=(
+            dataset.lease_seconds or dataset.lease_auto_seconds or settings.SALVAGE_LEASE_SECONDS
+        ),
         max_attempts=dataset.max_attempts,
         max_elapsed_seconds=dataset.max_elapsed_seconds,
         started_at=job.submitted_at or job.created_at,
     )
 
 
-def settle_tasks(job, error_class: ErrorClass, detail: str, retry_after=None) -> None:
+def settle_tasks(
+    job: RemoteJob, error_class: ErrorClass, detail: str, retry_after: float | None = None
+) -> None:
     """Release the tasks a job still holds after a job-level failure, through the engine's
     fenced commit: the retry table and the budgets decide (retry_wait, quarantine, dead)."""
     from recovery.models import Run, Task
@@ -197,7 +237,15 @@ def settle_tasks(job, error_class: ErrorClass, detail: str, retry_after=None) ->
     )
 
 
-def create_job(run, provider, task_rows: list, *, worker: str, replaces=None, lease: bool):
+def create_job(
+    run: Run,
+    provider: RemoteProvider,
+    task_rows: list[Task],
+    *,
+    worker: str,
+    replaces: RemoteJob | None = None,
+    lease: bool,
+) -> RemoteJob:
     """Insert the Attempt (running) and the RemoteJob (created) for tasks; the caller's
     transaction commits them before anything is sent. `task_rows` are Task objects."""
     from recovery.models import Attempt, RemoteJob
@@ -213,16 +261,19 @@ def create_job(run, provider, task_rows: list, *, worker: str, replaces=None, le
         replaces=replaces.attempt if replaces is not None else None,
     )
     forget_presence()  # this process's gated worker step must now see the job
+    input_ref: dict[str, object] = {
+        "tasks": [{"id": t.task_id, "url": t.url, "navigation": t.navigation} for t in remote_tasks]
+    }
+    batches = {t.recovery_batch_id for t in task_rows} - {None}
+    if len(batches) == 1:
+        # A recovery batch's launch: the job carries exactly the URLs the batch selected.
+        input_ref["recovery_batch"] = batches.pop()
     job = RemoteJob.objects.create(
         attempt=attempt,
         run=run,
         provider=provider.name,
         kind=provider.kind,
-        input_ref={
-            "tasks": [
-                {"id": t.task_id, "url": t.url, "navigation": t.navigation} for t in remote_tasks
-            ]
-        },
+        input_ref=input_ref,
         request_options=sanitise(provider.request_options(remote_tasks, run.pk)),
         replaces=replaces,
         # lease_token 1 = "a sender has it": the creating worker sends right after COMMIT.
@@ -248,7 +299,7 @@ def credits_by_run(run_id: int) -> int:
     return RemoteJob.objects.filter(run_id=run_id).aggregate(n=Sum("credits_used"))["n"] or 0
 
 
-def reconcile_queue():
+def reconcile_queue() -> QuerySet[RemoteJob]:
     """Jobs waiting for an operator: unknown submissions and lookup failures."""
     from recovery.models import RemoteJob
     from recovery.states.remote_job import RECONCILE
@@ -286,7 +337,7 @@ def adopt_early_receipts(job_pk: int, provider: str, provider_job_id: str) -> in
 
     A provider can notify before our COMMIT of the id it just gave us (a job that finishes at
     once): that receipt was stored without its job. Both sides look again after their own
-    commit (the submitter here, recovery.webhooks after storing a receipt), so whichever
+    commit (the submitter here, recovery.remote.webhooks after storing a receipt), so whichever
     commits last finds the other's row, and the hint is never left unattached.
     """
     from recovery.models import WebhookReceipt

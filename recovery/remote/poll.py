@@ -5,23 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from recovery import logs
 from recovery.failures import backoff
-from recovery.providers.base import ErrorClass
+from recovery.ops import logs
+from recovery.outcomes import ErrorClass
 from recovery.providers.remote_base import (
     JobStatus,
     Poll,
+    RemoteProvider,
 )
 from recovery.remote.importing import import_results
 from recovery.remote.jobs import (
     fault,
     guarded,
+    keep_incident,
     lease_seconds,
     poll_failure_budget,
     provider_for,
@@ -29,8 +33,11 @@ from recovery.remote.jobs import (
 )
 from recovery.states import task as task_states
 from recovery.states.base import check_move
-from recovery.states.remote_job import ALLOWED, POLLABLE, RemoteJobState
-from recovery.states.task import TaskState
+from recovery.states.choices import RemoteJobState, TaskState
+from recovery.states.remote_job import ALLOWED, POLLABLE
+
+if TYPE_CHECKING:
+    from recovery.models import RemoteJob
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +89,10 @@ def poll_step(worker_id: str, limit: int = 50) -> bool:
     jobs = list(RemoteJob.objects.select_related("run__dataset").filter(pk__in=list(claimed)))
     providers = {job.pk: provider_for(job.run.dataset) for job in jobs}
 
-    async def poll_all():
-        async def one(job):
+    async def poll_all() -> list[JobStatus]:
+        async def one(job: RemoteJob) -> JobStatus:
+            if job.provider_job_id is None:  # attach_job_id saves it before any poll is due
+                return JobStatus(Poll.NOT_FOUND, detail="no provider job id to look up")
             try:
                 return await providers[job.pk].status(job.provider_job_id)
             except Exception as exc:  # an adapter bug or a malformed answer: check again later
@@ -107,11 +116,11 @@ def poll_step(worker_id: str, limit: int = 50) -> bool:
     return True
 
 
-def record_poll(job, token: int, status: JobStatus, provider) -> bool:
+def record_poll(job: RemoteJob, token: int, status: JobStatus, provider: RemoteProvider) -> bool:
     """Commit one poll's answer, fenced by the job's lease token. False if we lost the lease."""
     now = timezone.now()
     fence = {"lease_token": token}
-    release = {"lease_owner": "", "lease_until": None, "last_polled_at": now}
+    release: dict[str, object] = {"lease_owner": "", "lease_until": None, "last_polled_at": now}
     detail = logs.redact(status.detail)
     outcome = status.outcome
     if outcome == Poll.SUCCESS:
@@ -130,6 +139,7 @@ def record_poll(job, token: int, status: JobStatus, provider) -> bool:
             ):
                 return False
             _finish_job_attempt(job, detail)
+            keep_incident(job, status.exchange, source="status", outcome=target, detail=detail)
             if outcome == Poll.FAILURE:
                 # The provider says the job failed: a new attempt may be worth it (retry table).
                 settle_tasks(job, ErrorClass.SERVER, detail or "the provider reported FAILURE")
@@ -149,20 +159,38 @@ def record_poll(job, token: int, status: JobStatus, provider) -> bool:
                 **release,
             )
             if moved:
+                keep_incident(
+                    job,
+                    status.exchange,
+                    source="status",
+                    outcome=RemoteJobState.LOOKUP_FAILED,
+                    detail=detail,
+                )
                 log.warning("remote job %s: 404 on lookup -> lookup_failed (polling stops)", job.pk)
             return moved
         if outcome in (Poll.RETRY, Poll.RATE_LIMITED):
             failures = job.poll_failures + (1 if outcome == Poll.RETRY else 0)
             if failures > poll_failure_budget():
-                return guarded(
+                given_up = f"{failures} status checks failed; last: {detail}"
+                if not guarded(
                     job.pk,
                     job.state,
                     RemoteJobState.LOOKUP_FAILED,
                     fence=fence,
                     poll_failures=failures,
-                    last_response={"error": f"{failures} status checks failed; last: {detail}"},
+                    last_response={"error": given_up},
                     **release,
+                ):
+                    return False
+                # The last failed answer ends the polling: it is the one support will ask for.
+                keep_incident(
+                    job,
+                    status.exchange,
+                    source="status",
+                    outcome=RemoteJobState.LOOKUP_FAILED,
+                    detail=given_up,
                 )
+                return True
             if status.retry_after is not None:
                 delay = max(status.retry_after, provider.poll_interval)
             else:
@@ -195,11 +223,19 @@ def record_poll(job, token: int, status: JobStatus, provider) -> bool:
         )
 
 
-def _still_pending(job, fence, release, next_at, failures, detail, response=None) -> bool:
+def _still_pending(
+    job: RemoteJob,
+    fence: Mapping[str, object],
+    release: Mapping[str, object],
+    next_at: datetime,
+    failures: int,
+    detail: str,
+    response: dict[str, Any] | None = None,
+) -> bool:
     from recovery.models import RemoteJob
 
     check_move("remote job", ALLOWED, [job.state], RemoteJobState.PENDING)
-    fields = {
+    fields: dict[str, object] = {
         "state": RemoteJobState.PENDING,
         "next_poll_at": next_at,
         "poll_failures": failures,
@@ -213,7 +249,7 @@ def _still_pending(job, fence, release, next_at, failures, detail, response=None
     return bool(RemoteJob.objects.filter(pk=job.pk, state=job.state, **fence).update(**fields))
 
 
-def _finish_job_attempt(job, detail: str = "") -> None:
+def _finish_job_attempt(job: RemoteJob, detail: str = "") -> None:
     """The submission attempt stays `submitted` whatever the job became (the job's state says
     that); each task's execution is its own attempt, written by the import."""
     from recovery.models import Attempt

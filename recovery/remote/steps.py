@@ -14,7 +14,8 @@ from recovery.remote.handoff import sync_handoffs
 from recovery.remote.jobs import remote_work_possible
 from recovery.remote.poll import poll_step
 from recovery.remote.submit import claim_unsent, reap_abandoned_sends, send_jobs, submit_step
-from recovery.states.remote_job import POLLABLE, RemoteJobState
+from recovery.states.choices import RemoteJobState
+from recovery.states.remote_job import POLLABLE
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,16 @@ import asyncio
 import logging
 from collections import defaultdict
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from recovery import logs
+from recovery.ops import logs
+from recovery.outcomes import TaskInput
 from recovery.providers.remote_base import (
+    RemoteProvider,
     SubmitAmbiguous,
     SubmitRejected,
     Submitted,
@@ -25,6 +28,7 @@ from recovery.remote.jobs import (
     create_job,
     fault,
     guarded,
+    keep_incident,
     lease_seconds,
     provider_for,
     remote_provider_names,
@@ -32,10 +36,15 @@ from recovery.remote.jobs import (
     tasks_of,
 )
 from recovery.states import task as task_states
-from recovery.states.remote_job import RemoteJobState
-from recovery.states.task import TaskState
+from recovery.states.choices import RemoteJobState, TaskState
+
+if TYPE_CHECKING:
+    from recovery.models import RemoteJob
 
 log = logging.getLogger(__name__)
+
+# What a create call came to: the job's id, or why there is none (or may be one).
+SendResult = Submitted | SubmitRejected | SubmitAmbiguous
 
 
 def open_jobs(worker_id: str, *, max_jobs: int = 4) -> list[int]:
@@ -73,7 +82,7 @@ def open_jobs(worker_id: str, *, max_jobs: int = 4) -> list[int]:
     return opened
 
 
-def submit_claimed(worker_id: str, claimed: list) -> bool:
+def submit_claimed(worker_id: str, claimed: list[TaskInput]) -> bool:
     """The worker loop's step for a remote provider, instead of `execute_many`.
 
     `claimed` are TaskInputs the engine leased to `worker_id`; they are handed to new jobs
@@ -83,7 +92,7 @@ def submit_claimed(worker_id: str, claimed: list) -> bool:
 
     if not claimed:
         return False
-    by_run: dict[int, list] = defaultdict(list)
+    by_run: dict[int, list[TaskInput]] = defaultdict(list)
     for t in claimed:
         by_run[t.run_id].append(t)
     jobs: list[int] = []
@@ -185,8 +194,8 @@ def send_jobs(worker_id: str, job_pks: list[int]) -> int:
         return 0
     providers = {job.pk: provider_for(job.run.dataset) for job in jobs}
 
-    async def send_all():
-        async def one(job):
+    async def send_all() -> list[SendResult]:
+        async def one(job: RemoteJob) -> SendResult:
             try:
                 return await providers[job.pk].submit(tasks_of(job), job.run_id)
             except (SubmitRejected, SubmitAmbiguous) as exc:
@@ -206,7 +215,7 @@ def send_jobs(worker_id: str, job_pks: list[int]) -> int:
     return len(jobs)
 
 
-def _record_send(job, provider, result) -> None:
+def _record_send(job: RemoteJob, provider: RemoteProvider, result: SendResult) -> None:
     from recovery.models import Attempt
 
     now = timezone.now()
@@ -256,6 +265,13 @@ def _record_send(job, provider, result) -> None:
                     http_status=result.http_status,
                     error_detail=result.detail,
                 )
+                keep_incident(
+                    job,
+                    result.exchange,
+                    source="submit",
+                    outcome=RemoteJobState.UNKNOWN,
+                    detail=result.detail,
+                )
         log.warning("remote job %s: submission outcome unknown -> reconcile: %s", job.pk, result)
         return
     # SubmitRejected: certainly nothing was created; the tasks follow the retry table.
@@ -277,6 +293,13 @@ def _record_send(job, provider, result) -> None:
             http_status=result.http_status,
             error_class=str(result.error_class),
             error_detail=result.detail,
+        )
+        keep_incident(
+            job,
+            result.exchange,
+            source="submit",
+            outcome=str(result.error_class),
+            detail=result.detail,
         )
         settle_tasks(job, result.error_class, result.detail, result.retry_after)
     log.warning("remote job %s: create refused (%s): %s", job.pk, result.error_class, result)

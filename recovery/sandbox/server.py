@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from recovery.sandbox import jsshop, robots, site, sitemaps
+from recovery.sandbox import inflight, jsshop, robots, site, sitemaps
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,9 @@ def build_app(
     faults: str = "none",
     *,
     simulators: dict[str, dict[str, Any]] | None = None,
-    robots_txt: str | int = robots.ALLOW_ALL,
+    robots_txt: str | int | list = robots.ALLOW_ALL,
     robots_redirect_text: str = "",
+    hold_seconds: float = 0.0,
     **shop_options: Any,
 ) -> web.Application:
     """The shop at `/` and every available simulator at `/<name>/`.
@@ -48,10 +49,13 @@ def build_app(
     mounted name to its sub-application (for tests that reach into simulator state).
     `robots_txt` is what /robots.txt serves (recovery.sandbox.robots; allow-all by default) and
     `app[robots.REQUESTS]` logs every path requested, in order. The shop's sitemaps are at
-    /sitemap_index.xml (recovery.sandbox.sitemaps).
+    /sitemap_index.xml (recovery.sandbox.sitemaps). `app[inflight.MAX_IN_FLIGHT]` holds the
+    most requests each host had in flight at once, each held `hold_seconds` before its answer
+    (recovery.sandbox.inflight).
     """
     app = site.make_app(pages=pages, seed=seed, faults=faults, **shop_options)
     robots.install(app, robots_txt, robots_redirect_text)
+    inflight.install(app, hold_seconds)
     sitemaps.install(app, pages)  # /sitemap_index.xml and /sitemaps/...
     # Pages that need JavaScript (the browser provider), at /js/.
     js = jsshop.make_app(pages=pages, seed=seed)

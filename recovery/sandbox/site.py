@@ -12,6 +12,9 @@
   shop appears at the front and shifts every offset by one, as real listings do;
 - `/categories` and `/category/{slug}`: link pages for link discovery (`a.category-link`,
   `a.product-link`);
+- `/refused/{status}/{times}/{i}` (status 401 or 403): answers that status `times` times, then
+  product `i` normally (`times` 0: refuses forever), counted per path: the persistent-vs-
+  passing 401/403 of the retry table (an access block that lifts, or one a person must lift);
 - `/_sandbox/state` (GET), `/_sandbox/faults` (POST JSON `{"bad_retailer": false}` or
   `{"profile": "none"}`), `/_sandbox/insert` (POST `?n=1`), `/_sandbox/reset` (POST).
 
@@ -435,6 +438,7 @@ class ShopState:
     inserted: int = 0
     offset_requests: int = 0
     hits: Counter = field(default_factory=Counter)  # product number -> requests served
+    refused: Counter = field(default_factory=Counter)  # /refused/... path -> requests served
 
 
 class Shop:
@@ -449,6 +453,8 @@ class Shop:
         bad_retailer: bool | None = None,
         listing_limit: int = 20,
         listing_insert_every: int = 0,
+        listing_overstate: int = 0,
+        listing_fail_requests: tuple[int, ...] = (),
         retry_after_seconds: int = 2,
         slow_seconds: float = 3.0,
         trickle_seconds: float = 5.0,
@@ -461,6 +467,10 @@ class Shop:
         self.seed = seed
         self.listing_limit = listing_limit
         self.listing_insert_every = listing_insert_every
+        # The listing's stated total exceeds what it lists by this many (an inventory shortfall).
+        self.listing_overstate = listing_overstate
+        # These offset requests (1 = the first) answer 503 (a head re-read that fails).
+        self.listing_fail_requests = frozenset(listing_fail_requests)
         self.retry_after_seconds = retry_after_seconds
         self.slow_seconds = slow_seconds
         self.trickle_seconds = trickle_seconds
@@ -515,6 +525,7 @@ class Shop:
 
     def reset(self) -> None:
         self.state.hits.clear()
+        self.state.refused.clear()
         self.state.inserted = 0
         self.state.offset_requests = 0
 
@@ -656,6 +667,16 @@ class Shop:
         i, side = request.match_info["i"], request.match_info["side"]
         raise web.HTTPFound(f"/loop/{i}/{'b' if side == 'a' else 'a'}")
 
+    async def refused_page(self, request: web.Request) -> web.StreamResponse:
+        status, times = _int(request.match_info["status"]), _int(request.match_info["times"])
+        i = _int(request.match_info["i"])
+        if status not in (401, 403) or times is None or i is None or not 1 <= i <= self.visible():
+            raise web.HTTPNotFound(text="no such refusal")
+        self.state.refused[request.path] += 1
+        if times and self.state.refused[request.path] > times:
+            return self._product_ok(i)
+        return web.Response(status=status, text="Access denied", content_type="text/html")
+
     async def canonical_page(self, request: web.Request) -> web.StreamResponse:
         # Where redirects land: the product served normally (its fault was the redirect).
         i = _int(request.match_info["i"])
@@ -677,6 +698,8 @@ class Shop:
             if offset is None or offset < 0:
                 raise web.HTTPBadRequest(text="offset must be a non-negative integer")
             self.state.offset_requests += 1
+            if self.state.offset_requests in self.listing_fail_requests:
+                return web.Response(status=503, text="listing unavailable\n")
             every = self.listing_insert_every
             if every and self.state.offset_requests % every == 0:
                 self._insert(1)
@@ -698,7 +721,8 @@ class Shop:
                 if "limit" in q:
                     nxt += f"&limit={limit}"
         items = [self.product(i) for i in ids]
-        return _html(render_listing(items, total=self.visible(), next_href=nxt).encode())
+        total = self.visible() + self.listing_overstate
+        return _html(render_listing(items, total=total, next_href=nxt).encode())
 
     def _encode_cursor(self, below: int) -> str:
         raw = json.dumps({"b": below, "s": self.seed}, separators=(",", ":")).encode()
@@ -834,6 +858,7 @@ def make_app(
     app.router.add_get("/p/{i}", shop.canonical_page)
     app.router.add_get("/moved/{i}/{hop}", shop.moved_page)
     app.router.add_get("/loop/{i}/{side}", shop.loop_page)
+    app.router.add_get("/refused/{status}/{times}/{i}", shop.refused_page)
     app.router.add_get("/listing", shop.listing)
     app.router.add_get("/categories", shop.categories)
     app.router.add_get("/category/{slug}", shop.category)

@@ -1,4 +1,4 @@
-"""The sandbox's sitemaps (recovery.sitemaps): an index, gzip files, a 50,000-URL file, faults.
+"""The sandbox's sitemaps (fetch.sitemaps): an index, gzip files, a 50,000-URL file, faults.
 
 - `/sitemap_index.xml` lists `/sitemaps/products-a.xml.gz` (a gzip file, served as
   application/gzip), `/sitemaps/products-b.xml` (served with Content-Encoding: gzip) and
@@ -9,6 +9,11 @@
   content is over 50 MB), `encoded-bomb.xml` (the same through Content-Encoding),
   `malformed.xml`, `doctype.xml` (an entity-expansion "billion laughs"), `not-a-sitemap.xml`.
 - `/sitemaps/fault-index.xml` lists one good file and every fault file.
+- Edges of the tree and of `<loc>`: `/sitemaps/deep/<n>.xml` is an index listing
+  `/sitemaps/deep/<n+1>.xml`, without end (a run must stop it: fetch.sitemaps.MAX_DEPTH);
+  `/sitemaps/wide.xml` an index listing `WIDE` sitemaps (more than one run may read:
+  fetch.sitemaps.MAX_FILES); `/sitemaps/edges.xml` a urlset whose `<loc>` values repeat,
+  are empty, or are absolute without a host (`EDGE_LOCS`; `EDGE_PRODUCTS` are the usable ones).
 
 Every URL carries `<lastmod>` from `lastmod_for(i)`, so a `lastmod_since` test computes its
 expected URLs with the function the server uses. Requests are logged by
@@ -28,6 +33,19 @@ BIG = 50_000
 OVERLAP = 5
 FIRST_LASTMOD = date(2026, 10, 1)
 PRODUCTS = web.AppKey("sitemap_products", int)
+WIDE = 10_000
+EDGE_PRODUCTS = (1, 2, 3)
+# (loc, how many times listed) in /sitemaps/edges.xml, `{base}` the shop's origin.
+EDGE_LOCS = (
+    ("{base}/product/1", 3),
+    ("{base}/product/2", 1),
+    ("http://", 1),
+    ("https:///product/9", 1),
+    ("", 1),
+    ("mailto:shop@example.com", 1),
+    ("{BASE}/product/2", 1),  # the same URL in another spelling: a repeat too
+    ("/product/3", 1),  # relative: resolved against the file's URL
+)
 FAULTS = ("too-many.xml", "bomb.xml.gz", "encoded-bomb.xml", "malformed.xml", "doctype.xml",
           "not-a-sitemap.xml")  # fmt: skip
 
@@ -112,6 +130,23 @@ async def fault_index(request: web.Request) -> web.Response:
     return _xml(index(_base(request), paths))
 
 
+async def deep(request: web.Request) -> web.Response:
+    n = int(request.match_info["n"])
+    return _xml(index(_base(request), [f"/sitemaps/deep/{n + 1}.xml"]))
+
+
+def edges(base: str) -> bytes:
+    entries = []
+    for loc, times in EDGE_LOCS:
+        text = loc.replace("{base}", base).replace("{BASE}", base.upper())
+        entries.extend([f"<url><loc>{text}</loc></url>\n"] * times)
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="{NAMESPACE}">\n'
+        + "".join(entries)
+        + "</urlset>\n"
+    ).encode()
+
+
 async def sitemap_file(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     base = _base(request)
@@ -137,6 +172,10 @@ async def sitemap_file(request: web.Request) -> web.Response:
         return _xml(DOCTYPE)
     if name == "not-a-sitemap.xml":
         return web.Response(body=NOT_A_SITEMAP, content_type="text/html")
+    if name == "wide.xml":
+        return _xml(index(base, [f"/sitemaps/wide/{i}.xml" for i in range(WIDE)]))
+    if name == "edges.xml":
+        return _xml(edges(base))
     raise web.HTTPNotFound()
 
 
@@ -145,4 +184,5 @@ def install(app: web.Application, products: int) -> None:
     app[PRODUCTS] = products
     app.router.add_get("/sitemap_index.xml", sitemap_index)
     app.router.add_get("/sitemaps/fault-index.xml", fault_index)
+    app.router.add_get("/sitemaps/deep/{n:[0-9]{1,6}}.xml", deep)
     app.router.add_get("/sitemaps/{name}", sitemap_file)

@@ -6,13 +6,15 @@
   "result": {"object_key", "url", "expires_at", "bytes", "format"}} for a completed job. The
   object key is stable; the URL is a signed link that expires after `url_ttl` seconds, and
   every lookup signs a fresh one for the *same* object (no re-processing).
-- GET /files/{object_key}?expires=&sig= -> the media bytes, 403 {"error": "expired"} after the
-  link expired, 404 for an unknown object.
+- GET (or HEAD) /files/{object_key}?expires=&sig= -> the media bytes, 403 {"error": "expired"}
+  after the link expired, 404 for an unknown object, 410 for one the store deleted.
 - Another tenant's key gets 404 for a job, as for an unknown id.
 
 Faults (counters, -1 = always; make_app(faults=...) or POST /_sim/faults): create_drop,
 create_slow, create_429, status_5xx, status_429, status_404, hold (stay "processing" until
 POST /_sim/release). POST /_sim/finish {"job_id", "status"} ends a job as failed or cancelled.
+POST /_sim/lose {"object_key", "status": 404 | 410} loses a stored object (the job still
+reports its result: a link to it then answers 404, or 410 Gone), the missing-file case.
 GET /_sim/stats: {"created", "generations" (media actually produced), "file_downloads", ...}.
 """
 
@@ -42,6 +44,7 @@ class State(FaultSwitches):
         self.slow_seconds = float(options.get("slow_seconds", 5.0))
         self.jobs: dict[str, dict[str, Any]] = {}
         self.objects: dict[str, bytes] = {}
+        self.gone: set[str] = set()  # objects deleted from the store: their links answer 410
         self.created = 0
         self.generations = 0
         self.file_downloads = 0
@@ -105,7 +108,7 @@ def make_app(**options: Any) -> web.Application:
             "object_key": key,
             "url": f"{base}?expires={expires}&sig={_sign(key, expires)}",
             "expires_at": expires,
-            "bytes": len(state.objects[key]),
+            "bytes": job["bytes"],
             "format": job["format"],
         }
 
@@ -132,6 +135,7 @@ def make_app(**options: Any) -> web.Application:
                 state.objects[key] = f"media from {job['source_url']}".encode()
                 state.generations += 1
                 job["object_key"] = key
+                job["bytes"] = len(state.objects[key])
                 job["status"] = "completed"
         answer: dict[str, Any] = {"job_id": job_id, "status": job["status"]}
         if job["status"] == "completed":
@@ -150,8 +154,15 @@ def make_app(**options: Any) -> web.Application:
             return web.json_response({"error": "bad signature"}, status=403)
         if expires < time.time():
             return web.json_response({"error": "expired"}, status=403)
+        if key in state.gone:
+            return web.json_response({"error": "object deleted"}, status=410)
         if key not in state.objects:
             return web.json_response({"error": "no such object"}, status=404)
+        if request.method == "HEAD":
+            return web.Response(
+                content_type="application/octet-stream",
+                headers={"Content-Length": str(len(state.objects[key]))},
+            )
         state.file_downloads += 1
         return web.Response(body=state.objects[key], content_type="application/octet-stream")
 
@@ -169,6 +180,14 @@ def make_app(**options: Any) -> web.Application:
         job = state.jobs[body["job_id"]]
         job["status"] = body.get("status", "failed")
         job["error"] = body.get("error", job["status"])
+        return web.json_response({"ok": True})
+
+    async def lose(request: web.Request) -> web.Response:
+        body = await request.json()
+        key = str(body["object_key"])
+        state.objects.pop(key, None)
+        if int(body.get("status", 404)) == 410:
+            state.gone.add(key)
         return web.json_response({"ok": True})
 
     async def stats(request: web.Request) -> web.Response:
@@ -189,5 +208,6 @@ def make_app(**options: Any) -> web.Application:
     app.router.add_post("/_sim/faults", set_faults)
     app.router.add_post("/_sim/release", release)
     app.router.add_post("/_sim/finish", finish)
+    app.router.add_post("/_sim/lose", lose)
     app.router.add_get("/_sim/stats", stats)
     return app

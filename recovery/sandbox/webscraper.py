@@ -1,9 +1,20 @@
 """Simulator of the Web Scraper Cloud API (the parts Salvage uses), on its documented contract.
 
-- The API token travels as the `api_token` query parameter; a job belongs to its token's
-  account and another account's token gets 404.
+- The API token travels as the `api_token` query parameter; a job or a sitemap belongs to its
+  token's account and another account's token gets 404.
+- Sitemaps: POST /api/v1/sitemap {the sitemap's JSON: _id, startUrl, selectors} ->
+  {"success": true, "data": {"id": N}}; GET /api/v1/sitemap/{id} -> {"success": true, "data":
+  {"id", "name", "sitemap": "<the sitemap's JSON as a string>"}}; PUT /api/v1/sitemap/{id}
+  {the sitemap's JSON} -> {"success": true, "data": "ok"}; GET /api/v1/sitemaps ->
+  {"success": true, "data": [{"id", "name"}], "current_page", "last_page", "total"}. A sitemap
+  that does not validate (no `_id`, no start URL, a selector without id/type/parents, a parent
+  that is neither `_root` nor a selector of the sitemap, a name already taken) is refused with
+  400 {"success": false, "validationErrors": {field: [message]}}; nothing is stored.
 - POST /api/v1/scraping-job {sitemap_id, start_urls, custom_id, ...}
-  -> {"success": true, "data": {"id": N}}. There is no creation idempotency key.
+  -> {"success": true, "data": {"id": N}}. There is no creation idempotency key. `start_urls`
+  are one-time custom start URLs: they narrow this job only, the sitemap keeps its own; without
+  them the job starts from the sitemap's startUrl. A sitemap_id the simulator never stored is
+  taken as a sitemap made in the console ("sandbox-shop").
 - GET /api/v1/scraping-job/{id} -> {"success": true, "data": {"id", "custom_id", "status",
   "sitemap_id", "sitemap_name", "stored_record_count", "jobs_executed", "jobs_failed", ...}}
   (status: scheduled -> started -> finished; also failed, stopped).
@@ -19,7 +30,9 @@ POST /_sim/finish/{id}), partial (start URL #2 fails, #3 is empty), duplicate_we
 twice), early_webhook (a "finished" notification while the job still runs: out of order),
 start_on_download (a download flips the job back to "started", as a Continue racing it would).
 POST /_sim/continue/{id} {"rows": k} plays the console's Continue: the job runs again, k more
-rows appear, and a new notification is sent. GET /_sim/stats counts jobs and notifications.
+rows appear, and a new notification is sent. POST /_sim/end/{id} {"status": "failed" |
+"stopped"} ends a running job that way. GET /_sim/stats counts jobs, notifications and
+sitemaps.
 """
 
 from __future__ import annotations
@@ -48,6 +61,9 @@ class State(FaultSwitches):
         self.webhook_timeout = float(options.get("webhook_timeout", 2.0))
         self.webhook_attempts = int(options.get("webhook_attempts", 3))
         self.jobs: dict[int, dict[str, Any]] = {}
+        self.sitemaps: dict[int, dict[str, Any]] = {}  # id -> {"account", "name", "sitemap"}
+        self.sitemap_writes = 0
+        self._sitemap_ids = itertools.count(7001)
         self.created = 0
         self.notifications: list[dict[str, Any]] = []  # every POST attempt, with its answer
         self._ids = itertools.count(500)
@@ -55,6 +71,48 @@ class State(FaultSwitches):
 
 
 STATE = web.AppKey("state", State)
+
+
+def sitemap_problems(doc: Any) -> dict[str, list[str]]:
+    """What the service refuses in a sitemap, by field (empty: it validates)."""
+    if not isinstance(doc, dict):
+        return {"sitemap": ["The sitemap must be a JSON object."]}
+    problems: dict[str, list[str]] = {}
+    name = doc.get("_id")
+    if not isinstance(name, str) or not name.strip():
+        problems["_id"] = ["The sitemap name (_id) is required."]
+    starts = doc.get("startUrl")
+    starts = [starts] if isinstance(starts, str) else starts
+    if (
+        not isinstance(starts, list)
+        or not starts
+        or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in starts)
+    ):
+        problems["startUrl"] = ["At least one http(s) start URL is required."]
+    selectors = doc.get("selectors")
+    if not isinstance(selectors, list):
+        problems["selectors"] = ["The selectors must be a list."]
+        return problems
+    ids = [s.get("id") for s in selectors if isinstance(s, dict)]
+    for i, selector in enumerate(selectors):
+        if not isinstance(selector, dict):
+            problems.setdefault("selectors", []).append(f"Selector #{i} is not an object.")
+            continue
+        where = f"Selector {selector.get('id') or '#' + str(i)}"
+        if not selector.get("id") or not selector.get("type"):
+            problems.setdefault("selectors", []).append(f"{where} needs an id and a type.")
+        parents = selector.get("parentSelectors")
+        if not isinstance(parents, list) or not parents:
+            problems.setdefault("selectors", []).append(f"{where} needs parentSelectors.")
+            continue
+        for parent in parents:
+            if parent != "_root" and parent not in ids:
+                problems.setdefault("selectors", []).append(
+                    f"{where}: parent selector {parent!r} does not exist."
+                )
+    if len(ids) != len(set(ids)):
+        problems.setdefault("selectors", []).append("Selector ids must be unique.")
+    return problems
 
 
 def _row(job_id: int, n: int, start_url: str) -> dict[str, Any]:
@@ -93,7 +151,7 @@ def make_app(**options: Any) -> web.Application:
             "scrapingjob_id": str(job["id"]),
             "status": status,
             "sitemap_id": str(job["sitemap_id"]),
-            "sitemap_name": "sandbox-shop",
+            "sitemap_name": job["sitemap_name"],
             "custom_id": job["custom_id"],
         }
         timeout = aiohttp.ClientTimeout(total=state.webhook_timeout)
@@ -123,6 +181,9 @@ def make_app(**options: Any) -> web.Application:
         await asyncio.sleep(state.run_seconds)
         while job["held"]:
             await asyncio.sleep(0.05)
+        if job.get("ended"):  # failed or stopped meanwhile (POST /_sim/end)
+            spawn(notify(job, job["status"]))
+            return
         finish(job, extra_rows)
         spawn(notify(job, "finished"))
         if job["duplicate_webhook"]:
@@ -156,12 +217,22 @@ def make_app(**options: Any) -> web.Application:
             return web.json_response({"success": False, "error": "sitemap_id required"}, status=400)
         job_id = next(state._ids)
         state.created += 1
+        stored = state.sitemaps.get(sitemap_id)
+        if stored is not None and stored["account"] != who:
+            stored = None
+        if stored is not None:
+            own = json.loads(stored["sitemap"]).get("startUrl")
+            default_starts = [own] if isinstance(own, str) else list(own)
+        else:
+            default_starts = ["http://shop.test/"]
         job = {
             "id": job_id,
             "account": who,
             "sitemap_id": sitemap_id,
+            "sitemap_name": stored["name"] if stored is not None else "sandbox-shop",
             "custom_id": str(body.get("custom_id") or ""),
-            "start_urls": list(body.get("start_urls") or ["http://shop.test/"]),
+            # One-time custom start URLs narrow this job only; the sitemap keeps its own.
+            "start_urls": list(body.get("start_urls") or default_starts),
             "status": "scheduled",
             "rows": [],
             "problem_urls": [],
@@ -201,7 +272,7 @@ def make_app(**options: Any) -> web.Application:
                     "id": job["id"],
                     "custom_id": job["custom_id"],
                     "sitemap_id": job["sitemap_id"],
-                    "sitemap_name": "sandbox-shop",
+                    "sitemap_name": job["sitemap_name"],
                     "status": job["status"],
                     "jobs_scheduled": len(job["start_urls"]),
                     "jobs_executed": len(job["start_urls"]) - len(job["problem_urls"]),
@@ -231,6 +302,106 @@ def make_app(**options: Any) -> web.Application:
             return web.json_response({"success": False}, status=404)
         return web.json_response({"success": True, "data": job["problem_urls"]})
 
+    def refused(problems: dict[str, list[str]]) -> web.Response:
+        return web.json_response({"success": False, "validationErrors": problems}, status=400)
+
+    def sitemap_for(request: web.Request) -> dict[str, Any] | None:
+        try:
+            stored = state.sitemaps.get(int(request.match_info["sitemap_id"]))
+        except ValueError:
+            return None
+        return stored if stored is not None and stored["account"] == account(request) else None
+
+    async def read_sitemap(request: web.Request) -> Any:
+        try:
+            return await request.json()
+        except ValueError:
+            return None
+
+    async def sitemap_create(request: web.Request) -> web.Response:
+        who = account(request)
+        if who is None:
+            return denied()
+        doc = await read_sitemap(request)
+        problems = sitemap_problems(doc)
+        if not problems and any(
+            s["account"] == who and s["name"] == doc["_id"] for s in state.sitemaps.values()
+        ):
+            problems = {"_id": ["The sitemap name has already been taken."]}
+        if problems:
+            return refused(problems)
+        sitemap_id = next(state._sitemap_ids)
+        state.sitemaps[sitemap_id] = {
+            "account": who,
+            "name": doc["_id"],
+            "sitemap": json.dumps(doc, separators=(",", ":")),
+        }
+        state.sitemap_writes += 1
+        return web.json_response({"success": True, "data": {"id": sitemap_id}})
+
+    async def sitemap_get(request: web.Request) -> web.Response:
+        if account(request) is None:
+            return denied()
+        stored = sitemap_for(request)
+        if stored is None:
+            return web.json_response({"success": False, "error": "not found"}, status=404)
+        sitemap_id = int(request.match_info["sitemap_id"])
+        return web.json_response(
+            {
+                "success": True,
+                "data": {"id": sitemap_id, "name": stored["name"], "sitemap": stored["sitemap"]},
+            }
+        )
+
+    async def sitemap_update(request: web.Request) -> web.Response:
+        who = account(request)
+        if who is None:
+            return denied()
+        stored = sitemap_for(request)
+        if stored is None:
+            return web.json_response({"success": False, "error": "not found"}, status=404)
+        doc = await read_sitemap(request)
+        problems = sitemap_problems(doc)
+        sitemap_id = int(request.match_info["sitemap_id"])
+        if not problems and any(
+            k != sitemap_id and s["account"] == who and s["name"] == doc["_id"]
+            for k, s in state.sitemaps.items()
+        ):
+            problems = {"_id": ["The sitemap name has already been taken."]}
+        if problems:
+            return refused(problems)
+        stored.update(name=doc["_id"], sitemap=json.dumps(doc, separators=(",", ":")))
+        state.sitemap_writes += 1
+        return web.json_response({"success": True, "data": "ok"})
+
+    async def sitemap_list(request: web.Request) -> web.Response:
+        who = account(request)
+        if who is None:
+            return denied()
+        mine = [
+            {"id": k, "name": s["name"]}
+            for k, s in sorted(state.sitemaps.items())
+            if s["account"] == who
+        ]
+        return web.json_response(
+            {
+                "success": True,
+                "data": mine,
+                "current_page": 1,
+                "last_page": 1,
+                "total": len(mine),
+                "per_page": 100,
+            }
+        )
+
+    async def sim_end(request: web.Request) -> web.Response:
+        job = state.jobs[int(request.match_info["job_id"])]
+        body = await request.json() if request.can_read_body else {}
+        job["status"] = str(body.get("status", "failed"))
+        job["ended"] = True
+        job["held"] = False
+        return web.json_response({"ok": True})
+
     async def set_faults(request: web.Request) -> web.Response:
         state.faults.update({k: int(v) for k, v in (await request.json()).items()})
         return web.json_response(state.faults)
@@ -257,6 +428,11 @@ def make_app(**options: Any) -> web.Application:
             {
                 "created": state.created,
                 "notifications": state.notifications,
+                "sitemap_writes": state.sitemap_writes,
+                "sitemaps": {
+                    str(k): {"name": s["name"], "sitemap": json.loads(s["sitemap"])}
+                    for k, s in state.sitemaps.items()
+                },
                 "jobs": {
                     str(k): {
                         "status": j["status"],
@@ -275,6 +451,10 @@ def make_app(**options: Any) -> web.Application:
             task.cancel()
 
     app.on_shutdown.append(cancel_running)
+    app.router.add_post("/api/v1/sitemap", sitemap_create)
+    app.router.add_get("/api/v1/sitemap/{sitemap_id}", sitemap_get)
+    app.router.add_put("/api/v1/sitemap/{sitemap_id}", sitemap_update)
+    app.router.add_get("/api/v1/sitemaps", sitemap_list)
     app.router.add_post("/api/v1/scraping-job", create)
     app.router.add_get("/api/v1/scraping-job/{job_id}", status)
     app.router.add_get("/api/v1/scraping-job/{job_id}/json", data)
@@ -282,6 +462,7 @@ def make_app(**options: Any) -> web.Application:
     app.router.add_post("/_sim/faults", set_faults)
     app.router.add_post("/_sim/finish/{job_id}", sim_finish)
     app.router.add_post("/_sim/continue/{job_id}", sim_continue)
+    app.router.add_post("/_sim/end/{job_id}", sim_end)
     app.router.add_post("/_sim/config", sim_config)
     app.router.add_get("/_sim/stats", stats)
     return app

@@ -10,24 +10,10 @@ A later "Continue" of a completed cloud job resumes polling (completed -> pendin
 
 from __future__ import annotations
 
-from django.db import models
 from django.utils import timezone
 
 from recovery.states.base import check_move
-
-
-class RemoteJobState(models.TextChoices):
-    CREATED = "created"
-    SUBMITTED = "submitted"
-    PENDING = "pending"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    REVOKED = "revoked"
-    UNKNOWN = "unknown"
-    LOOKUP_FAILED = "lookup_failed"
-    REPLACED = "replaced"
-    DISMISSED = "dismissed"
-
+from recovery.states.choices import RemoteJobState
 
 _POLL_RESULTS = frozenset(
     {
@@ -70,7 +56,7 @@ TERMINAL = frozenset(
 )
 
 
-def move(job_id: int, source: str, target: str, **fields) -> bool:
+def move(job_id: int, source: str, target: str, **fields: object) -> bool:
     """Move a RemoteJob from `source` to `target` if it is still there; True if it moved."""
     from recovery.models import RemoteJob
 
@@ -83,7 +69,7 @@ def move(job_id: int, source: str, target: str, **fields) -> bool:
 
 
 def attach_job_id(
-    job_id: int, provider_job_id: str, source: str = RemoteJobState.CREATED, **fields
+    job_id: int, provider_job_id: str, source: str = RemoteJobState.CREATED, **fields: object
 ) -> bool:
     """Save the provider's job id; a different id for the same attempt is rejected.
 

@@ -18,28 +18,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from recovery.states.base import IllegalTransition, check_move
+from recovery.states.choices import CLAIMABLE_ORDER, TaskState
 
-
-class TaskState(models.TextChoices):
-    PENDING = "pending"
-    LEASED = "leased"
-    RETRY_WAIT = "retry_wait"
-    REMOTE = "remote"
-    COMMITTED = "committed"
-    QUARANTINED = "quarantined"
-    GONE = "gone"
-    DEAD = "dead"
-
+if TYPE_CHECKING:
+    from recovery.models import RemoteJob
 
 TERMINAL = frozenset({TaskState.COMMITTED, TaskState.QUARANTINED, TaskState.GONE, TaskState.DEAD})
-# In this order in the claim index's condition (models.Task, task_claim_idx) and the claim SQL.
-CLAIMABLE_ORDER = (TaskState.PENDING, TaskState.RETRY_WAIT, TaskState.LEASED)
 CLAIMABLE = frozenset(CLAIMABLE_ORDER)
 # Where an import's outcome may send a task (the retry table decides which).
 OUTCOMES = frozenset(
@@ -88,7 +79,7 @@ def _record(rows: Iterable[tuple[int, str, str]], target: str) -> None:
 
 
 def hand_to_job(
-    job,
+    job: RemoteJob,
     task_ids: list[int],
     *,
     sources: Iterable[str],
@@ -148,7 +139,7 @@ def hand_to_job(
 
 
 def release_from_job(
-    job_pk: int, target: str, task_ids: list[int] | None = None, **fields
+    job_pk: int, target: str, task_ids: list[int] | None = None, **fields: object
 ) -> list[tuple[int, str]]:
     """Move the tasks `job_pk` still holds out of `remote` without an import: to pending (an
     operator's replacement, whose new job then takes them) or dead (dismissed, revoked).
@@ -175,8 +166,44 @@ def release_from_job(
     return [(r[0], r[2]) for r in rows]
 
 
+def give_back_after_outage(worker_id: str) -> list[tuple[int, int, str, int, int | None]]:
+    """leased -> retry_wait, due now, for every lease `worker_id` still holds: called by a
+    worker whose database came back after an outage, which dropped the batches in hand (their
+    commits failed). A lease left to expire would be taken over as a crash (crash_count + 1);
+    given back it is claimable at once and no claim counts it. Returns (task id, run id,
+    partition, lease token, recovery batch id) of the tasks that moved."""
+    from recovery.models import Task
+
+    check_move("task", ALLOWED, [TaskState.LEASED], TaskState.RETRY_WAIT)
+    with transaction.atomic():
+        rows = list(
+            Task.objects.select_for_update()
+            .filter(state=TaskState.LEASED, lease_owner=worker_id)
+            .values_list("pk", "run_id", "partition", "lease_token", "recovery_batch_id")
+        )
+        if not rows:
+            return []
+        now = timezone.now()
+        # Fenced by owner and token, as a commit is: a lease taken over meanwhile stays.
+        moved: list[tuple[int, int, str, int, int | None]] = []
+        for pk, run_id, partition, token, batch_id in rows:
+            if Task.objects.filter(
+                pk=pk, state=TaskState.LEASED, lease_owner=worker_id, lease_token=token
+            ).update(
+                state=TaskState.RETRY_WAIT,
+                lease_owner="",
+                lease_until=None,
+                next_attempt_at=now,
+                state_changed_at=now,
+            ):
+                moved.append((pk, run_id, partition, token, batch_id))
+        _record([(r[1], r[2], TaskState.LEASED) for r in moved], TaskState.RETRY_WAIT)
+    return moved
+
+
 def reset_for_batch(run_id: int, task_ids: list[int], batch_id: int) -> int:
-    """Reset terminal tasks of a run to pending for a recovery batch; returns how many moved.
+    """Reset terminal tasks of a run to pending for a recovery batch, with fresh retry and
+    crash budgets; returns how many moved.
 
     Only terminal tasks move (a task still in flight keeps its lease and finishes first).
     Counts are read under the same lock as the update so the counters stay exact.
@@ -203,6 +230,10 @@ def reset_for_batch(run_id: int, task_ids: list[int], batch_id: int) -> int:
                 next_attempt_at=timezone.now(),
                 recovery_batch_id=batch_id,
                 attempt_count=0,
+                # A repaired page starts with a clean crash budget too: a worker_crash_loop
+                # page kept crash_count at the budget, so the next claim quarantined it again
+                # unfetched (the batch's audit entry counts the budgets reset).
+                crash_count=0,
                 first_attempt_at=None,
                 lease_owner="",
                 lease_until=None,

@@ -220,10 +220,21 @@ def test_scrape_ratios_are_salvage_over_each_side_of_the_same_repetition():
     assert row["ratio_floor"] == pytest.approx((0.5 + 0.3) / 2)
     assert row["cpu_ratio_scrapy"] == pytest.approx((0.5 + 0.25) / 2)
     assert row["cpu_ratio_floor"] == pytest.approx(2.0)
+    # the CPU ratios are judged by the spread rule too, and every repetition is kept
+    assert (row["cpu_ratio_scrapy_min"], row["cpu_ratio_scrapy_max"]) == (0.25, 0.5)
+    assert row["samples"][1]["scrapy"]["pages_per_s"] == 600
     assert row["pages_per_s"] == 350 and row["floor_db_server_cpu_ms_per_page"] == 0.15
     assert row["complete"] and "ratio_scrapy_untuned" not in row
     pairs[1]["floor"]["complete"] = False
     assert not summarise("postgres", 2, 16, pairs)["complete"]
+
+
+def test_the_sides_order_rotates_so_none_always_sits_in_the_middle():
+    rotated = bench_module("common").rotated
+    orders = [rotated(("a", "b", "c"), rep) for rep in range(3)]
+    assert orders == [("a", "b", "c"), ("b", "c", "a"), ("c", "a", "b")]
+    for position in range(3):
+        assert {order[position] for order in orders} == {"a", "b", "c"}
 
 
 def test_scrape_baseline_side_is_paired_like_the_others():
@@ -300,6 +311,7 @@ def test_claim_bench():
     if on_postgres():
         # and the engine one batch at a time as well (the pipelining lever's before)
         args += ["--skip-sqlite", "--pg-url", server_url(), "--serial-engine"]
+        args += ["--pipelined-floor"]  # and the bare floor pipelined like the engine
     else:
         args += ["--skip-pg"]
     summary = run_bench("claim.py", *args)
@@ -314,6 +326,10 @@ def test_claim_bench():
     if on_postgres():
         assert row["engine_db_cpu_ms_per_task"] > 0  # PostgreSQL's backends are counted
         assert row["engine_serial_per_s"] > 0 and row["pipelined_gain"] > 0
+        assert row["pipelined_floor_per_s"] > 0 and row["ratio_pipelined_floor"] > 0
+        lo, hi = row["ratio_pipelined_floor_min"], row["ratio_pipelined_floor_max"]
+        assert lo <= row["ratio_pipelined_floor"] <= hi
+        assert len(row["backend_pids_counted"]) >= 6  # both pipelined kinds hold two backends
 
 
 @pytest.mark.slow
@@ -339,8 +355,13 @@ def test_scrape_bench():
     args = ["--pages", "60", "--workers", "1", "--reps", "1", "--concurrency", "4"]
     if on_postgres():
         args += ["--dbs", "postgres", "--pg-name", scratch_name("scrape")]
+        args += ["--pipelined-floor"]  # and the floor pipelined like the engine
+        if with_scrapy:
+            args += ["--scrapy-pg"]  # Scrapy persists to PostgreSQL too
     else:
         args += ["--dbs", "sqlite"]
+    if with_scrapy:
+        args += ["--scrapy-sweep"]  # the peer: the fastest of Scrapy's configurations
     if not with_scrapy:
         args.append("--no-scrapy")  # outside CI without the bench extra: Salvage and floor only
     # This checkout as its own baseline: the side runs through the same code path.
@@ -354,6 +375,18 @@ def test_scrape_bench():
     if with_scrapy:
         assert row["scrapy_pages_per_s"] > 0 and row["ratio_scrapy"] > 0
         assert row["cpu_ratio_scrapy"] > 0
+    if with_scrapy:
+        sweep = row["scrapy_sweep"]
+        assert len(sweep["tried"]) == 8 and sweep["best"] in [t["args"] for t in sweep["tried"]]
+        best = max(t["pages_per_s"] for t in sweep["tried"] if t["complete"])
+        assert [t["pages_per_s"] for t in sweep["tried"] if t["args"] == sweep["best"]] == [best]
+    if on_postgres():
+        assert row["floor_pipelined_pages_per_s"] > 0 and row["ratio_floor_pipelined"] > 0
+        assert row["samples"][0]["floor_pipelined"]["complete"]
+        if with_scrapy:  # Scrapy's items committed to PostgreSQL, its backends counted
+            assert row["samples"][0]["scrapy"]["complete"]
+            # (60 pages' upserts can stay under one clock tick of a backend's CPU)
+            assert row["scrapy_db_server_cpu_ms_per_page"] >= 0
 
 
 @pytest.mark.slow
@@ -430,3 +463,17 @@ def test_http_transport_bench():
     paired = summary["direct_over_httpx_aiohttp"]
     assert len(paired["cpu_per_page_rounds"]) == len(paired["pages_per_s_rounds"]) == 2
     assert paired["cpu_per_page"] > 0 and paired["pages_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_archive_bench():
+    summary = run_bench("archive.py", "--pages", "40", "--reps", "2", "--concurrency", "4")
+    assert summary["bench"] == "archive"
+    assert set(summary["results"]) == {"fetch", "fetch_archiving", "archive"}
+    for key in ("archive_over_fetch", "fetch_archiving_over_fetch"):
+        paired = summary[key]
+        assert len(paired["pages_per_s_rounds"]) == len(paired["cpu_per_page_rounds"]) == 2
+        assert paired["pages_per_s"] > 0 and paired["cpu_per_page"] > 0
+    # Every page archived once, compressed: fewer bytes on disk than its body.
+    assert summary["archive_files"] == 40
+    assert 0 < summary["archive_bytes_per_page"] < summary["body_bytes_per_page"]

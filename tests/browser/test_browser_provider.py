@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from recovery import artefacts, chromium
-from recovery.providers.base import ErrorClass
+from recovery.fetch import artefacts, chromium
+from recovery.outcomes import ErrorClass
 from recovery.providers.browser import BrowserProvider, parse_options
 from recovery.sandbox import jsshop
-from tests.browser.browser_fixtures import (
+from tests.support.browser_provider import (
     CHROMIUM,
     Listener,
     browser_spec,
@@ -26,13 +26,12 @@ from tests.browser.browser_fixtures import (
     render,
     task_input,
 )
-from tests.sandbox_fixtures import make_sandbox, sandbox  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(autouse=True)
-def _only_the_sandbox_is_allowed(settings, tmp_path, sandbox):  # noqa: F811
+def _only_the_sandbox_is_allowed(settings, tmp_path, sandbox):
     need_chromium()
     settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
     settings.SALVAGE_ARTEFACT_DIR = tmp_path / "artefacts"
@@ -45,7 +44,7 @@ def listener():
     server.close()
 
 
-def test_it_extracts_what_the_script_inserts(sandbox):  # noqa: F811
+def test_it_extracts_what_the_script_inserts(sandbox):
     outcomes = render([sandbox.url(f"/js/product/{i}") for i in (1, 2, 3)])
     for i, outcome in zip((1, 2, 3), outcomes, strict=True):
         assert outcome.ok, outcome.error_detail
@@ -55,7 +54,7 @@ def test_it_extracts_what_the_script_inserts(sandbox):  # noqa: F811
         assert obs.entity_key == expected["sku"]
 
 
-def test_it_clicks_load_more_within_its_bound(sandbox):  # noqa: F811
+def test_it_clicks_load_more_within_its_bound(sandbox):
     (outcome,) = render(
         [sandbox.url("/js/listing")],
         page_type="listing",
@@ -77,7 +76,7 @@ def test_it_clicks_load_more_within_its_bound(sandbox):  # noqa: F811
     assert len(bounded.discovered) == 2 * jsshop.LISTING_STEP
 
 
-def test_it_scrolls_an_endless_feed_within_its_bound(sandbox):  # noqa: F811
+def test_it_scrolls_an_endless_feed_within_its_bound(sandbox):
     def links(steps: int) -> int:
         (outcome,) = render(
             [sandbox.url("/js/feed")],
@@ -93,7 +92,7 @@ def test_it_scrolls_an_endless_feed_within_its_bound(sandbox):  # noqa: F811
     assert links(10) == jsshop.LISTING_SIZE  # stops when the page no longer grows
 
 
-def test_scripts_images_and_websockets_never_reach_a_forbidden_address(sandbox, listener):  # noqa: F811
+def test_scripts_images_and_websockets_never_reach_a_forbidden_address(sandbox, listener):
     probe = f"/js/probe?host={listener.host}&port={listener.port}"
     (outcome,) = render([sandbox.url(probe)], block=[])
     # The page itself is fine; what it tried is logged on the attempt's artefact.
@@ -107,7 +106,7 @@ def test_scripts_images_and_websockets_never_reach_a_forbidden_address(sandbox, 
     assert listener.seen == []
 
 
-def test_a_redirect_to_a_forbidden_address_is_blocked_url(sandbox, listener):  # noqa: F811
+def test_a_redirect_to_a_forbidden_address_is_blocked_url(sandbox, listener):
     hop = f"/js/redirect?host={listener.host}&port={listener.port}"
     direct = f"http://{listener.host}:{listener.port}/doc"
     redirected, asked = render([sandbox.url(hop), direct])
@@ -117,7 +116,7 @@ def test_a_redirect_to_a_forbidden_address_is_blocked_url(sandbox, listener):  #
     assert listener.seen == []
 
 
-def test_a_page_that_never_settles_hits_the_deadline(sandbox):  # noqa: F811
+def test_a_page_that_never_settles_hits_the_deadline(sandbox):
     started = time.monotonic()
     (outcome,) = render([sandbox.url("/js/never")], deadline=2.0)
     assert outcome.error_class == ErrorClass.NETWORK
@@ -125,7 +124,7 @@ def test_a_page_that_never_settles_hits_the_deadline(sandbox):  # noqa: F811
     assert time.monotonic() - started < 2.0 + 10  # the deadline, plus one browser start
 
 
-def test_a_failed_check_keeps_a_capped_screenshot_and_the_rendered_html(sandbox, settings):  # noqa: F811
+def test_a_failed_check_keeps_a_capped_screenshot_and_the_rendered_html(sandbox, settings):
     # A rendered product where the spec expects a listing: the template check fails.
     (outcome,) = render([sandbox.url("/js/product/4")], page_type="listing")
     assert outcome.error_class == ErrorClass.WRONG_TEMPLATE, outcome.error_detail
@@ -158,7 +157,7 @@ def test_it_refuses_bad_options_by_name(options, message):
         parse_options(options)
 
 
-def test_a_browser_crash_mid_render_is_a_network_failure_and_the_next_task_relaunches(sandbox):  # noqa: F811
+def test_a_browser_crash_mid_render_is_a_network_failure_and_the_next_task_relaunches(sandbox):
     spec = browser_spec()
     requests = sandbox.served._runner.app[jsshop.JS_REQUESTS]
     requests.clear()

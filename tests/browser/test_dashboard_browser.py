@@ -23,8 +23,8 @@ from recovery.models import (
     RunPartition,
     Task,
 )
-from tests.browser.world import PASSWORD, make_users, make_world
-from tests.worker.engine_procs import Procs
+from tests.support.engine_procs import Procs
+from tests.support.world import PASSWORD, make_users, make_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -77,8 +77,10 @@ def test_each_role_logs_in_and_sees_its_pages(world, live_server, page, screensh
     page.click("header .logout button")
 
     log_in(page, live_server, "erin")
-    expect(page.locator("h1")).to_have_text("Exports")
-    expect(page.locator("header nav").get_by_role("link")).to_have_count(1)
+    # An exporter's home is the data they may read; the nav holds their three pages only.
+    expect(page.locator("h1")).to_have_text("Your data")
+    links = page.locator("header nav").get_by_role("link")
+    expect(links).to_have_text(["Your data", "Exports", "API tokens"])
     response = page.goto(f"{live_server.url}/runs/")
     assert response.status == 403
 
@@ -230,6 +232,7 @@ def test_an_operator_resolves_a_reconcile_item(world, live_server, page, screens
 
 def test_an_exporter_downloads_exactly_the_accepted_rows(world, live_server, page, screenshot):
     log_in(page, live_server, "erin")
+    page.locator("header nav").get_by_role("link", name="Exports").click()
     expect(page.locator("#exports")).to_contain_text(world.accepted.window)
     screenshot(page, "exports")
     with page.expect_download() as info:

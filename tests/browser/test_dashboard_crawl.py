@@ -5,10 +5,11 @@ create_run, claim and commit paths.
 For every page: no 5xx, no script error, no malformed href (`??`, an empty query key or value).
 Each list's "export CSV" link is fetched too (a download, not a page): a CSV whose rows pass the
 link's filters.
-A pager's next page shows rows the previous page did not; a filter link shows only rows that
-match it (rows carry their filterable values as data- attributes). Search finds a task by URL
-prefix, by exact URL and by task key. Screenshots of the main pages at 1366 and 390 px wide go
-to test-output/screenshots/ (the README's set is copied to docs/screenshots/).
+A pager's next page shows rows the previous page did not, and its "previous page" link shows
+that page again; the pager's links (previous, page sizes) answer 200. A filter link shows only
+rows that match it (rows carry their filterable values as data- attributes). Search finds a task
+by URL prefix, by exact URL and by task key. Screenshots of the main pages at 1366 and 390 px
+wide go to test-output/screenshots/ (the README's set is copied to docs/screenshots/).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from recovery import leases, manifests, schedules
+from recovery import leases
+from recovery.intake import manifests, schedules
 from recovery.models import Run, Task
-from recovery.providers.base import ErrorClass, Observed, Outcome
+from recovery.outcomes import ErrorClass, Observed, Outcome
 from tests.browser.test_dashboard_browser import log_in
-from tests.browser.world import make_users, make_world
+from tests.support.world import make_users, make_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -112,6 +114,18 @@ def _rows(page) -> list[str]:
     )
 
 
+def _stable_rows(page) -> list[str]:
+    """The rows as _rows reads them, each relative time ("5 s ago") read as its timestamp."""
+    return page.eval_on_selector_all(
+        "[data-row]",
+        """els => els.map(e => {
+            const row = e.cloneNode(true);
+            for (const t of row.querySelectorAll('time')) t.textContent = t.dateTime;
+            return e.getAttribute('data-key') || row.textContent;
+        })""",
+    )
+
+
 def _check_href(href: str, where: str) -> None:
     assert "??" not in href, f"{where}: {href}"
     query = urlsplit(href).query
@@ -152,6 +166,8 @@ def crawl(page, base: str) -> dict[str, int]:
     paths: Counter = Counter()
     pagers: Counter = Counter()
     previous_rows: dict[str, list[str]] = {}  # next-page URL -> rows of the page linking it
+    back_rows: dict[str, list[str]] = {}  # a next page's previous-page URL -> rows expected
+    previous_stable: dict[str, list[str]] = {}  # as previous_rows, times read as timestamps
     queue = [base + "/"]
     while queue and len(seen) < MAX_PAGES:
         url = queue.pop(0)
@@ -170,6 +186,15 @@ def crawl(page, base: str) -> dict[str, int]:
         if previous_rows.get(url):
             assert rows, f"{url}: a next page with no rows"
             assert not set(rows) & set(previous_rows[url]), f"{url}: next page repeats rows"
+            # Its "previous page" link (keyset backwards, issue 29) shows the page we came from.
+            prev_link = page.locator("a[rel=prev]")
+            assert prev_link.count(), f"{url}: a next page without a previous-page link"
+            back = urljoin(page.url, prev_link.first.get_attribute("href"))
+            if back not in seen:
+                back_rows[back] = previous_stable[url]
+                queue.insert(0, back)
+        if url in back_rows:
+            assert _stable_rows(page) == back_rows[url], f"{url}: not the page before"
         _check_filters(page, page.url)
         if status == 200 and LISTS.match(urlsplit(page.url).path):
             assert page.locator("input[name=q]").count() == 1, f"{page.url}: one search box"
@@ -194,6 +219,7 @@ def crawl(page, base: str) -> dict[str, int]:
             target = urljoin(page.url, next_link.first.get_attribute("href"))
             path = re.sub(r"\d+", "N", urlsplit(target).path)
             previous_rows[target] = rows
+            previous_stable[target] = _stable_rows(page)
             if target not in seen and pagers[path] < PER_SHAPE:
                 pagers[path] += 1
                 queue.insert(0, target)
@@ -206,6 +232,9 @@ def test_every_link_a_role_can_reach_works(world, live_server, page, role):
     seen = crawl(page, live_server.url)
     statuses = Counter(seen.values())
     assert statuses[200] >= (3 if role == "erin" else 25), statuses
+    # The pager's own links (previous page, page sizes; issue 29) are all usable.
+    paged = [u for u in seen if re.search(r"[?&](before|size)=", u)]
+    assert all(seen[u] == 200 for u in paged), {u: seen[u] for u in paged if seen[u] != 200}
     if role != "erin":
         # The big run's task list, a page further on, and filtered views were all reached.
         big_tasks = f"/runs/{world.big.pk}/tasks/"

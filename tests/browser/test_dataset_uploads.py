@@ -14,8 +14,7 @@ from playwright.sync_api import expect
 
 from recovery.models import AuditEntry, Dataset, Run, Task
 from tests.browser.test_dashboard_browser import log_in
-from tests.browser.world import make_users
-from tests.uploads import (
+from tests.support.uploads import (
     BAD_MANIFEST,
     BAD_SPEC,
     BAD_SPEC_LINE,
@@ -24,6 +23,7 @@ from tests.uploads import (
     command_error,
     table_counts,
 )
+from tests.support.world import make_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

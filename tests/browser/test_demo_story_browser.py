@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from recovery.processes import free_port, manage_py, wait_until
+from recovery.ops.processes import free_port, manage_py, wait_until
 from recovery.sandbox import site
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.slow]

@@ -15,11 +15,11 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from recovery import schedules
+from recovery.intake import schedule_runs, schedules
 from recovery.models import AuditEntry, Run, Schedule
 from tests.browser.test_dashboard_browser import log_in
-from tests.browser.world import make_users
-from tests.factories import make_dataset
+from tests.support.factories import make_dataset
+from tests.support.world import make_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -68,7 +68,7 @@ def test_an_admin_manages_a_schedule_and_an_operator_only_sees_it(
     page.locator("#schedule-form [name=at]").fill("06:00")
     page.locator("#schedule-form").get_by_role("button", name="Add schedule").click()
     schedule = Schedule.objects.get()
-    expect(page).to_have_url(re.compile(rf"/schedules/#schedule-{schedule.pk}$"))
+    expect(page).to_have_url(re.compile(rf"/schedules/\?dataset=shop#schedule-{schedule.pk}$"))
     expect(page.locator("main .message.success")).to_have_text("Schedule shop/nightly added.")
     row = page.locator(f"#schedule-{schedule.pk}")
     expect(row).to_contain_text("daily 06:00 Europe/London")
@@ -119,7 +119,7 @@ def test_an_admin_manages_a_schedule_and_an_operator_only_sees_it(
     ]
 
     # The dispatcher's call, a fortnight on: the missed weeks' runs (each, at most 3).
-    made = schedules.run_due(timezone.now() + timedelta(days=15))
+    made = schedule_runs.run_due(timezone.now() + timedelta(days=15))
     assert made >= 2 and Run.objects.filter(dataset=dataset).count() == made
     Schedule.objects.update(last_error="2026-W50: https://x.test/m.csv: HTTP 503", failures=1)
     schedule.refresh_from_db()
@@ -162,3 +162,51 @@ def test_an_admin_manages_a_schedule_and_an_operator_only_sees_it(
     assert Run.objects.filter(dataset=dataset).count() == made
     removed = AuditEntry.objects.get(action="schedule_removed")
     assert (removed.actor, removed.reason) == ("adam", "site closed")
+
+
+def test_an_admin_backfills_a_past_range_after_seeing_its_windows(
+    transactional_db, live_server, page, screenshot, tmp_path
+):
+    make_users()
+    dataset = make_dataset(name="shop")
+    manifest = tmp_path / "shop.csv"
+    manifest.write_text("url,page_type\nhttps://shop.test/p/1,product\n")
+    call_command(
+        "schedule", "add", "shop", "nightly", "--daily", "06:00", "--manifest", str(manifest)
+    )
+    schedule = Schedule.objects.get()
+    today = timezone.now().date()
+    first, last = today - timedelta(days=4), today - timedelta(days=2)
+    existing = Run.objects.create(dataset=dataset, window=f"{today - timedelta(days=3)}")
+
+    # Nothing ran since it was added two days ago: overdue, with the question to ask.
+    Schedule.objects.update(created_at=timezone.now() - timedelta(days=2))
+    log_in(page, live_server, "adam")
+    page.goto(f"{live_server.url}/schedules/")
+    row = page.locator(f"#schedule-{schedule.pk}")
+    expect(row.locator(".state")).to_have_text("overdue")
+    expect(row).to_contain_text("is a dispatcher running?")
+
+    row.get_by_role("link", name="Backfill").click()
+    expect(page.locator("h1")).to_have_text("Backfill schedule shop/nightly")
+    page.locator("#backfill-form [name=start]").fill(f"{first}")
+    page.locator("#backfill-form [name=stop]").fill(f"{last}")
+    page.locator("#backfill-form [name=reason]").fill("dispatcher was down")
+    page.get_by_role("button", name="Show the windows").click()
+    windows = page.locator("#backfill-windows tbody tr")
+    expect(windows).to_have_count(3)
+    expect(windows.nth(1)).to_contain_text(f"run #{existing.pk} exists: adopted")
+    screenshot(page, "schedule-backfill-confirm")
+    assert Run.objects.filter(dataset=dataset).count() == 1  # nothing before the confirmation
+    page.get_by_role("button", name="Yes, make 2 runs and adopt the rest").click()
+    expect(page.locator("main .message.success")).to_contain_text("2 runs made")
+    made = sorted(Run.objects.filter(dataset=dataset).values_list("window", flat=True))
+    assert made == [f"{first}", f"{today - timedelta(days=3)}", f"{last}"]
+    entry = AuditEntry.objects.get(action="schedule_backfilled")
+    assert (entry.actor, entry.reason) == ("adam", "dispatcher was down")
+
+    # Paused: the page says what that does to the windows due meanwhile.
+    page.locator(f"#schedule-{schedule.pk}").get_by_role("button", name="Pause").click()
+    row = page.locator(f"#schedule-{schedule.pk}")
+    expect(row.locator(".state")).to_have_text("paused")
+    expect(row).to_contain_text("windows due until it is resumed are skipped")

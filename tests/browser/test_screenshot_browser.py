@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import expect
 
 from recovery.models import Task
-from tests.browser.browser_fixtures import screenshot_attempt, tiny_png
-from tests.browser.world import PASSWORD, make_users, make_world
+from tests.support.browser_provider import screenshot_attempt, tiny_png
+from tests.support.world import PASSWORD, make_users, make_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, row_states
 from recovery.models import AuditEntry, Observation, OutboxEvent, Run, RunPartition, Task
-from recovery.states.run import RunState
-from tests.acceptance_factories import make_collected_run, make_shop
-from tests.factories import make_run, make_tasks
-from tests.held_rows import held_run
+from recovery.quality import acceptance
+from recovery.states import row_states
+from recovery.states.choices import RunState
+from tests.support.acceptance import make_collected_run, make_shop
+from tests.support.factories import make_run, make_tasks
+from tests.support.held_rows import held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -92,7 +93,7 @@ def test_it_auto_accepts_when_the_dataset_says_so():
 def test_an_auto_accepted_run_is_evaluated_once_from_candidate_to_accepted(monkeypatch):
     """Issue 15: the rules are evaluated once on the way (make_candidate's evaluation), not
     again by the auto-accept; the real evaluation runs, only counted."""
-    from recovery import validation
+    from recovery.quality import validation
 
     calls = []
     real = validation.evaluate
@@ -140,7 +141,7 @@ def test_the_commands_exit_2_on_refusals():
 
 
 def test_a_misconfigured_destination_does_not_block_acceptance(settings):
-    from recovery import outbox
+    from recovery.delivery import outbox
 
     settings.SALVAGE_DESTINATION = "ftp://nowhere"
     settings.SALVAGE_OUTBOX_WAKE = False

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, acceptance_steps, dispatch, tasks, worker
+from recovery import dispatch, tasks, worker
 from recovery.models import OutboxEvent, Run
-from recovery.states.run import RunState
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.quality import acceptance, acceptance_steps
+from recovery.states.choices import RunState
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

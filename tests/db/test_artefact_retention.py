@@ -10,10 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from recovery import artefacts
-from recovery.states.run import RunState
-from tests.browser.browser_fixtures import screenshot_attempt, tiny_png
-from tests.factories import make_run, make_tasks
+from recovery.fetch import artefacts
+from recovery.states.choices import RunState
+from tests.support.browser_provider import screenshot_attempt, tiny_png
+from tests.support.factories import make_run, make_tasks
 
 
 @pytest.fixture
@@ -65,3 +65,24 @@ def test_it_removes_old_published_runs_files_and_old_orphans_only(folder, capsys
 def test_it_refuses_a_negative_age(folder):
     with pytest.raises(CommandError, match="--published-days must be 0 or more"):
         call_command("pruneartefacts", "--published-days", "-1")
+
+
+def test_it_applies_the_page_archives_retention_too(folder, settings, capsys):
+    from recovery.archive import store
+
+    settings.SALVAGE_ARCHIVE_DAYS = 7
+    old = store.put("http://shop.test/old", 200, [], b"<html>old</html>", [])
+    new = store.put("http://shop.test/new", 200, [], b"<html>new</html>", [])
+    then = time.time() - 8 * 86400
+    os.utime(store.path_for(old.sha256), (then, then))
+
+    call_command("pruneartefacts", "--dry-run")
+    assert "page archive: would remove 1 expired and 0 over its cap, kept 1" in (
+        capsys.readouterr().out
+    )
+    assert store.path_for(old.sha256).exists()
+    call_command("pruneartefacts")
+    assert "page archive: removed 1 expired and 0 over its cap, kept 1" in capsys.readouterr().out
+    assert not store.path_for(old.sha256).exists() and store.path_for(new.sha256).exists()
+    # The triage files' rule leaves the archive's folder alone.
+    assert (folder / "archive").is_dir()

@@ -11,13 +11,14 @@ import asyncio
 import pytest
 from django.urls import reverse
 
-from recovery import artefacts, failures, leases
+from recovery import failures, keys, leases
+from recovery.fetch import artefacts
 from recovery.models import Attempt, Task
-from recovery.providers.base import ErrorClass, Observed, Outcome, TaskInput
+from recovery.outcomes import ErrorClass, Observed, Outcome, TaskInput
 from recovery.providers.browser import BrowserProvider
-from tests.browser.browser_fixtures import screenshot_attempt, tiny_png
-from tests.browser.world import logged_in, make_users, make_world
-from tests.factories import make_run, make_tasks
+from tests.support.browser_provider import screenshot_attempt, tiny_png
+from tests.support.factories import make_run, make_tasks
+from tests.support.world import logged_in, make_users, make_world
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_it_stores_a_screenshot_once_under_its_content_hash(settings, tmp_path):
     settings.SALVAGE_ARTEFACT_DIR = tmp_path
     png = tiny_png()
     first, second = artefacts.store(png, "png"), artefacts.store(png, "png")
-    assert first == second and artefacts.valid_name(first, "png")
+    assert first == second and keys.valid_artefact_name(first, "png")
     assert artefacts.read_screenshot(first) == png
     assert [p.name for p in tmp_path.iterdir()] == [first]  # no temporary file left
 

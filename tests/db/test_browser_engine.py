@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from recovery import manifests, specs, worker
+from recovery import worker
+from recovery.intake import manifests, specs
 from recovery.models import Attempt, Observation, Task
 from recovery.sandbox import jsshop
-from tests.browser.browser_fixtures import need_chromium
-from tests.sandbox_fixtures import sandbox  # noqa: F401 (fixture)
+from tests.support.browser_provider import need_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_the_readme_example_is_the_example_file():
 
 @pytest.mark.browser
 def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
-    sandbox,  # noqa: F811
+    sandbox,
     tmp_path,
     settings,
 ):

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from recovery.leases import postgres as leases_postgres
 from recovery.models import Task
-from recovery.states.task import TaskState
-from tests.factories import make_run, make_tasks
+from recovery.states.choices import TaskState
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

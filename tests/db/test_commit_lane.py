@@ -12,10 +12,10 @@ from django.db import connection
 
 from recovery import worker
 from recovery.models import Attempt, Task
-from recovery.providers.base import Observed, Outcome
+from recovery.outcomes import Observed, Outcome
 from tests.db.test_worker_steps import factory_for
-from tests.factories import make_dataset, make_run, make_tasks
-from tests.worker.engine_procs import wait_for
+from tests.support.engine_procs import wait_for
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

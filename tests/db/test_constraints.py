@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 
 from recovery import keys
 from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Run, Task
-from tests.factories import make_dataset, make_run, make_tasks
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, exports, reruns
+from recovery.delivery import exports
 from recovery.models import Observation, ObservationVersion, OutboxEvent, RunPartition
-from recovery.states.run import RunState
-from tests.acceptance_factories import commit_claimed, lenient_shop
-from tests.factories import make_run, make_tasks
+from recovery.quality import acceptance, reruns
+from recovery.states.choices import RunState
+from tests.support.acceptance import commit_claimed, lenient_shop
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from recovery import counters, leases
 from recovery.models import Attempt, Task
-from recovery.providers.base import ErrorClass, Observed, Outcome
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.outcomes import ErrorClass, Observed, Outcome
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -130,9 +130,9 @@ def test_a_crash_loop_shows_on_the_pages_and_can_be_rerun(settings):
     from django.test import Client
     from django.urls import reverse
 
-    from recovery import reruns
-    from tests.acceptance_factories import make_shop
-    from tests.browser.world import make_users
+    from recovery.quality import reruns
+    from tests.support.acceptance import make_shop
+    from tests.support.world import make_users
 
     settings.SALVAGE_CRASH_BUDGET = 2
     run = make_run(make_shop())
@@ -158,3 +158,59 @@ def test_a_crash_loop_shows_on_the_pages_and_can_be_rerun(settings):
     assert batch.task_count == 1
     reset = Task.objects.get(pk=task.pk)
     assert reset.state == "pending"
+
+
+def test_a_rerun_of_a_crash_loop_resets_its_crash_budget_and_the_page_is_fetched(settings):
+    import io
+
+    from django.core.management import call_command
+
+    from recovery.models import AuditEntry
+
+    settings.SALVAGE_CRASH_BUDGET = 2
+    run = make_run()
+    poison, other = make_tasks(run, 2)
+    crash(poison.pk, 2)
+    assert leases.claim("rescuer", 1) == []  # quarantined as worker_crash_loop
+    (c,) = leases.claim("rescuer")
+    assert c.task_id == other.pk
+    leases.commit_outcomes("rescuer", [c], [ok("other")])  # the run's other page: terminal
+    call_command(
+        "rerun", str(run.pk), "--error-class", "worker_crash_loop", "--reason", "parser fixed",
+        "--actor", "admin", stdout=io.StringIO(),
+    )  # fmt: skip
+    reset = Task.objects.get(pk=poison.pk)
+    assert (reset.state, reset.crash_count, reset.attempt_count) == ("pending", 0, 0)
+    entry = AuditEntry.objects.get(action="create_recovery_batch")
+    assert entry.detail["crash_counts_reset"] == 1 and entry.detail["tasks"] == 1
+    # The next claim hands the page out to be fetched (it was quarantined again, unfetched).
+    (c,) = leases.claim("after-fix")
+    assert (c.task_id, c.crash_count) == (poison.pk, 0)
+    assert leases.commit_outcomes("after-fix", [c], [ok("poison")]).states == {"committed": 1}
+
+
+def test_a_takeover_during_a_database_outage_is_pardoned_when_its_worker_comes_back():
+    """The other order: another worker took the lease over (crash_count 1) while its holder
+    could not reach the database; the holder, back, withdraws that crash."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    from recovery.leases import crashes
+
+    run = make_run()
+    make_tasks(run, 2)
+    noticed_at = datetime.now(UTC)
+    held = leases.claim("cut-off", 2)
+    past = timezone.now() - timedelta(seconds=5)
+    Task.objects.filter(pk=held[0].task_id).update(lease_until=past, next_attempt_at=past)
+    (taken,) = leases.claim("other", 1)
+    assert (taken.task_id, taken.crash_count) == (held[0].task_id, 1)
+    assert crashes.pardon_outage("cut-off", noticed_at) == (1, 1)
+    assert Task.objects.get(pk=held[0].task_id).crash_count == 0
+    given = Task.objects.get(pk=held[1].task_id)
+    assert (given.state, given.lease_owner, given.crash_count) == ("retry_wait", "", 0)
+    assert crashes.evidence(held[0].task_id) == []
+    (again,) = leases.claim("other", 5)  # claimable at once, and not as a suspect
+    assert (again.task_id, again.crash_count) == (held[1].task_id, 0)
+    assert crashes.pardon_outage("cut-off", noticed_at) == (0, 0)  # once only

@@ -9,9 +9,9 @@ from django.contrib import admin
 from django.urls import reverse
 
 from recovery.models import Observation, Run
-from tests.browser.world import make_user, make_world
-from tests.factories import make_run
-from tests.held_rows import held_run
+from tests.support.factories import make_run
+from tests.support.held_rows import held_run
+from tests.support.world import make_user, make_world
 
 pytestmark = pytest.mark.django_db
 

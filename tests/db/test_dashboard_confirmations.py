@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from recovery import confirmations
-from recovery.models import AuditEntry, Run, ValidationResult
-from tests.browser.world import logged_in, make_users, make_world
+from recovery.models import AuditEntry, RecoveryBatch, Run, ValidationResult
+from recovery.quality import confirmations
 from tests.db.test_dashboard_permissions import POSTS, snapshot
-from tests.factories import make_run
-from tests.held_rows import held_run
+from tests.support.factories import make_run
+from tests.support.held_rows import held_run
+from tests.support.world import logged_in, make_users, make_world
 
 CONFIRMED = [
     "dashboard:run_accept",
@@ -149,3 +149,41 @@ def test_the_confirmations_count_a_quarantined_partitions_rows_as_held(db):
     Run.objects.filter(pk=run.pk).update(acceptance_state="accepted")
     run.refresh_from_db()
     assert confirmations.publish(run).effects[0].startswith(f"The 2 valid rows of run #{run.pk}")
+
+
+def test_it_says_what_accepting_and_rejecting_replace_in_both_cases(db):
+    """Accept read "... become the current dataset demo-shop, replacing dataset demo-shop has
+    no other accepted run." on a dataset's first candidate."""
+    first = make_run(acceptance_state="candidate")
+    name = first.dataset.name
+    accept = confirmations.accept(first).effects[0]
+    assert accept == (
+        f"0 valid rows of run #{first.pk} become the current dataset {name} "
+        f"(dataset {name} has no other accepted run to replace)."
+    )
+    assert confirmations.reject(first).effects[1] == (
+        f"Dataset {name} stays without a current run: it has no other accepted run."
+    )
+    accepted = make_run(first.dataset, window="2026-10-01", acceptance_state="accepted")
+    replacing = f"replacing run #{accepted.pk} (window 2026-10-01, accepted)."
+    assert confirmations.accept(first).effects[0].endswith(replacing)
+    assert confirmations.reject(first).effects[1] == (
+        f"The current dataset {name} stays run #{accepted.pk} (window 2026-10-01, accepted)."
+    )
+
+
+def test_it_names_a_remote_job_and_says_when_a_batch_was_created(world):
+    """The Replace page said "RemoteJob object (3)"; a batch "Created admin at 11 s ago"."""
+    response = _client(world, "operator").get(
+        reverse("dashboard:reconcile_replace", kwargs={"job_id": world.job.pk})
+    )
+    text = response.content.decode()
+    assert "RemoteJob object" not in text
+    assert f"remote job #{world.job.pk} (messora batch, run #{world.job.run_id})" in text
+    batch = RecoveryBatch.objects.create(
+        run=world.run, selection={}, reason="r", scraper_version="2", created_by="adam"
+    )
+    page = _client(world, "operator").get(reverse("dashboard:batch", kwargs={"batch_id": batch.pk}))
+    html = page.content.decode()
+    assert "<dt>Created</dt><dd>by adam, <time" in html
+    assert " at <time" not in html

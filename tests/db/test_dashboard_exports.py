@@ -10,7 +10,7 @@ import pytest
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from tests.browser.world import make_users, make_world
+from tests.support.world import make_users, make_world
 
 pytestmark = pytest.mark.django_db
 

@@ -12,12 +12,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import errorclasses
 from dashboard.templatetags.dashboard_tags import relative, when
 from recovery import audit
 from recovery.models import AuditEntry, RecoveryBatch, Task
-from tests.browser.world import logged_in, make_users, make_world
-from tests.factories import make_tasks
+from recovery.quality import errorclasses
+from tests.support.factories import make_tasks
+from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -49,12 +49,21 @@ def test_error_pages_keep_the_navigation_and_say_what_happened(world):
 
 
 def test_the_favicon_is_served(world):
-    client = Client()
-    response = client.get("/favicon.ico")
-    assert response.status_code == 301
-    icon = client.get(response["Location"])
-    assert icon.status_code == 200
-    assert b"<svg" in b"".join(icon.streaming_content)
+    """It was a permanent redirect to the hashed file, cached by browsers past the release."""
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in response.content
+
+
+def test_a_405_is_the_styled_page_with_the_navigation(world):
+    """A GET on a POST-only action answered an empty, unstyled body."""
+    url = reverse("dashboard:add_note", kwargs={"run_id": world.run.pk})
+    response = _client(world, "operator").get(url)
+    assert response.status_code == 405
+    assert "POST" in response["Allow"]
+    assert b"405 \xc2\xb7 Method not allowed" in response.content
+    assert b'href="/runs/"' in response.content  # the navigation is there
 
 
 def test_the_admin_names_audit_entries_and_recovery_batches(world):

@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from dashboard import lists
 from recovery.models import AuditEntry, Task
-from tests.browser.world import logged_in, make_users, make_world
-from tests.factories import make_tasks
+from tests.support.factories import make_tasks
+from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
 

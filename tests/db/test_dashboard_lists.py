@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from recovery import keys
 from recovery.models import AuditEntry, Observation, RemoteJob, Task
-from tests.browser.world import logged_in, make_users, make_world
-from tests.factories import make_tasks
+from tests.support.factories import make_tasks
+from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -180,6 +180,15 @@ def test_the_audit_log_sorts_oldest_first_and_pages_on(world):
     assert len(newest) == 55 and oldest == list(reversed(newest))
 
 
+def _page_queries(captured: CaptureQueriesContext) -> list[str]:
+    """The task page's row query (it orders by the URL key; the capped count does not)."""
+    return [
+        q["sql"]
+        for q in captured.captured_queries
+        if "substr(" in q["sql"] and not q["sql"].startswith("SELECT COUNT(*)")
+    ]
+
+
 def _plan(sql: str) -> str:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -201,7 +210,7 @@ def test_the_task_list_and_its_url_search_read_the_url_index(world):
     for params in ({}, {"q": "http://beta.test/"}, {"sort": "-url"}):
         with CaptureQueriesContext(connection) as captured:
             assert client.get(url, params).status_code == 200
-        (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
+        (sql,) = _page_queries(captured)
         assert "task_run_url_idx" in _plan(sql), params
 
 
@@ -218,7 +227,7 @@ def test_a_state_filter_lists_tasks_in_task_order_on_the_state_index(world):
     assert [t.pk for p in _walk(client, quarantine, {"state": "dead"}) for t in p] == dead
     with CaptureQueriesContext(connection) as captured:
         client.get(url, {"state": "dead"})
-    (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
+    (sql,) = _page_queries(captured)
     assert "task_run_state_idx" in _plan(sql)
 
 
@@ -255,7 +264,7 @@ def test_a_partition_alone_lists_its_tasks_by_state_then_task_on_its_index(world
     ]
     with CaptureQueriesContext(connection) as captured:
         client.get(url, {"partition": "zeta.test"})
-    (sql,) = [q["sql"] for q in captured.captured_queries if "substr(" in q["sql"]]
+    (sql,) = _page_queries(captured)
     assert "task_run_part_state_idx" in _plan(sql)
 
 
@@ -292,7 +301,7 @@ def test_deliveries_find_an_event_by_its_id_or_its_beginning(world):
 
 
 def test_a_url_search_finds_any_part_with_contains_on_postgresql_and_the_start_elsewhere(world):
-    from dashboard import lists
+    from dashboard import filtersets
 
     make_tasks(world.run, 5, partition="zeta.test", host="zeta.test")
     make_tasks(world.run, 5, partition="zeta.test", host="shop.zeta.test")
@@ -308,7 +317,7 @@ def test_a_url_search_finds_any_part_with_contains_on_postgresql_and_the_start_e
     assert len(begins) == 5 and all(u.startswith("http://zeta.test/") for u in begins)
     page = client.get(url)
     if connection.vendor == "postgresql":
-        assert lists.contains_search()
+        assert filtersets.contains_search()
         assert b'name="match"' in page.content and b"any part of a URL" in page.content
         found = urls(q="zeta.test/item/", match="contains")
         assert len(found) == 10 and all("zeta.test/item/" in u for u in found)
@@ -324,20 +333,66 @@ def test_a_url_search_finds_any_part_with_contains_on_postgresql_and_the_start_e
         assert {line.split(",")[2] for line in body.splitlines()[1:]} == found
         with CaptureQueriesContext(connection) as captured:
             client.get(url, {"q": "zeta.test/item/", "match": "contains"})
-        (sql,) = [q["sql"] for q in captured.captured_queries if "LIKE" in q["sql"]]
+        # Only the list's own query: the page's worker figures also say LIKE ('remote:%').
+        (sql,) = [
+            q["sql"]
+            for q in captured.captured_queries
+            if filtersets.URL_SEARCH_TABLE in q["sql"]
+            and "LIKE" in q["sql"]
+            and not q["sql"].startswith("SELECT COUNT(*)")  # the capped count: the same search
+        ]
         # The search's own predicate, alone (a test run is too small for the planner to
         # prefer it over the run's indexes): the trigram index serves it as written, on the
         # side table (migration 0021), not on recovery_task.
         (like,) = re.findall(r"WHERE url LIKE '[^']*'", sql)
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN SELECT task_id FROM {lists.URL_SEARCH_TABLE} {like}")
+            cursor.execute(f"EXPLAIN SELECT task_id FROM {filtersets.URL_SEARCH_TABLE} {like}")
             plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "Bitmap Index Scan on task_url_trgm_idx" in plan, plan
     else:
-        assert not lists.contains_search()
+        assert not filtersets.contains_search()
         # SQLite: no contains choice; the beginning only, and the page says so.
         assert b'name="match"' not in page.content
         assert b"by their beginning only" in page.content
         assert urls(q="zeta.test/item/", match="contains") == begins
         assert urls(q="test/item/") == set()
+
+
+def test_it_filters_tasks_by_http_status_and_attempts_in_the_page_and_its_export(world):
+    tasks = make_tasks(world.run, 6, partition="status.test", host="status.test")
+    ids = [t.pk for t in tasks]
+    Task.objects.filter(pk__in=ids[:2]).update(last_http_status=503, attempt_count=4)
+    Task.objects.filter(pk__in=ids[2:4]).update(last_http_status=404, attempt_count=1)
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    csv_url = reverse("dashboard:run_tasks_csv", kwargs={"run_id": world.run.pk})
+
+    def listed(**params) -> set[int]:
+        rows = [row for page in _walk(client, url, params) for row in page]
+        export = b"".join(client.get(csv_url, params).streaming_content).decode()
+        exported = {line.split(",")[0] for line in export.splitlines()[1:]}
+        assert exported == {str(t.pk) for t in rows}, "the page and its export differ"
+        return {t.pk for t in rows}
+
+    assert listed(http_status="503") == set(ids[:2])
+    assert listed(attempts="2", partition="status.test") == set(ids[:2])
+    assert listed(http_status="404", attempts="1") == set(ids[2:4])
+    assert listed(http_status="404", attempts="2") == set()
+    response = client.get(url, {"http_status": "42"})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "list_name, kwargs",
+    [("run_tasks", True), ("runs", False), ("deliveries", False), ("workers", False)],
+)
+def test_it_refuses_a_parameter_the_list_does_not_read_naming_it(world, list_name, kwargs):
+    client = _client(world, "admin")
+    args = {"run_id": world.run.pk} if kwargs else {}
+    for name in (list_name, f"{list_name}_csv"):
+        response = client.get(reverse(f"dashboard:{name}", kwargs=args), {"http_stauts": "503"})
+        assert response.status_code == 400, (name, response.content[:300])
+        assert b"http_stauts" in response.content
+    # The parameters the list does read still work.
+    assert client.get(reverse(f"dashboard:{list_name}", kwargs=args), {"q": ""}).status_code == 200

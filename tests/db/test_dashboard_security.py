@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dashboard import login_throttle
-from tests.browser.world import PASSWORD, make_user
+from tests.support.world import PASSWORD, make_user
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.browser.world import logged_in, make_users, make_world
-from tests.factories import make_run
-from tests.held_rows import held_run
+from tests.support.factories import make_run
+from tests.support.held_rows import held_run
+from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
 

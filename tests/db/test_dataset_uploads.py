@@ -13,8 +13,7 @@ from django.test import Client
 
 from recovery import counters
 from recovery.models import AuditEntry, Dataset, Run, Task
-from tests.browser.world import make_user
-from tests.uploads import (
+from tests.support.uploads import (
     BAD_MANIFEST,
     BAD_SPEC,
     BAD_SPEC_LINE,
@@ -23,6 +22,7 @@ from tests.uploads import (
     command_error,
     table_counts,
 )
+from tests.support.world import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -210,3 +210,62 @@ def test_operators_see_datasets_but_no_upload_form(tmp_path):
     detail = client.get("/datasets/shop/")
     assert detail.status_code == 200
     assert "Create a run from a manifest" not in _text(detail)
+
+
+# Issue 27's fault test: inputs that used to end in an HTTP 500 get the form's error instead.
+REFUSED_SPECS = [
+    (
+        "huge.toml",
+        SHOP_SPEC.read_bytes().replace(b"max_attempts = 5", b"max_attempts = " + b"1" * 24),
+        "max_attempts: must be between 1 and 2147483647",
+    ),
+    (
+        "inf.toml",
+        SHOP_SPEC.read_bytes()
+        + b'\n[[rules]]\nname = "cap"\nkind = "range"\nfield = "price"\nmax = inf\n',
+        "rules.cap.max: must be a finite number, got inf",
+    ),
+    (
+        "deep.json",
+        b'{"name": "shop", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "deep.json: nested deeper than 64 levels",
+    ),
+    (
+        "deep.toml",
+        b'name = "shop"\na = ' + b"[" * 5_000 + b"]" * 5_000 + b"\n",
+        "deep.toml: nested deeper than 64 levels",
+    ),
+    (
+        "nul.toml",
+        SHOP_SPEC.read_bytes().replace(
+            b'name = "shop"', b'name = "shop"\ndescription = "a\\u0000"'
+        ),
+        "description: contains a NUL character",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), REFUSED_SPECS)
+def test_a_refused_spec_upload_is_a_form_error_not_a_500(admin, name, content, message):
+    before = table_counts()
+    response = admin.post("/datasets/upload", {"spec": _file(name, content)})
+    assert response.status_code == 400
+    assert message in _text(response)
+    assert table_counts() == before
+
+
+def test_a_spec_with_a_byte_order_mark_is_stored(admin):
+    content = b"\xef\xbb\xbf" + SHOP_SPEC.read_bytes()
+    response = admin.post("/datasets/upload", {"spec": _file("shop.toml", content)})
+    assert response.status_code == 302
+    assert Dataset.objects.get(name="shop").spec["default_page_type"] == "product"
+
+
+def test_a_manifest_line_nested_too_deep_is_a_form_error(admin):
+    call_command("loaddataset", str(SHOP_SPEC), stdout=io.StringIO())
+    before = table_counts()
+    content = '{"url": "http://a.test/1"}\n{"url": ' + "[" * 1000 + "]" * 1000 + "}\n"
+    response = _manifest_post(admin, "shop", "deep.jsonl", content)
+    assert response.status_code == 400
+    assert "line 2: nested too deeply" in _text(response)
+    assert table_counts() == before

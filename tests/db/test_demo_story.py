@@ -1,14 +1,15 @@
-"""The demo's checklist ticks from what the database says happened (recovery.demo_story)."""
+"""The demo's checklist ticks from what the database says happened (showroom.demo_story)."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
 
-from recovery import demo_story, exports
+from recovery.delivery import exports
 from recovery.models import AuditEntry, Dataset
-from tests.browser.world import make_users
-from tests.demo_factories import make_demo_candidate
+from recovery.showroom import demo_story
+from tests.support.demo import make_demo_candidate
+from tests.support.world import make_users
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +79,18 @@ def test_in_demo_mode_every_role_lands_on_the_checklist(settings, tmp_path):
         page = client.get("/demo/").content.decode()
         assert "2 of 9 steps done" in page
         assert ("Load spec version 2" in page) == (role == "admin")
+
+
+def test_outside_demo_mode_the_checklist_is_not_found_for_any_role(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.SALVAGE_DEMO = False
+    make_demo_candidate(tmp_path)
+    users = make_users()
+    specs = sorted(Dataset.objects.values_list("name", "spec_sha256"))
+    for role in ("operator", "admin", "exporter"):
+        client = Client()
+        client.force_login(users[role])
+        assert client.get("/demo/").status_code == 404
+        assert client.post("/demo/repaired-spec").status_code == 404
+    assert sorted(Dataset.objects.values_list("name", "spec_sha256")) == specs
+    assert not AuditEntry.objects.filter(action="demo_load_repaired_spec").exists()

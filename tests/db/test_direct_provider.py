@@ -13,12 +13,11 @@ import pytest
 
 from recovery import worker
 from recovery.models import Attempt, Observation, Task
+from recovery.outcomes import ErrorClass, TaskInput
 from recovery.providers import get_provider
-from recovery.providers.base import ErrorClass, TaskInput
 from recovery.providers.direct import DirectProvider, classify_status, parse_options
 from recovery.sandbox.site import KINDS, product_for
-from tests.direct_fixtures import create_run, load_shop, shop_spec
-from tests.sandbox_fixtures import make_sandbox, sandbox  # noqa: F401 (fixtures)
+from tests.support.direct import create_run, load_shop, shop_spec
 
 SPEC = shop_spec()
 OPTIONS = SPEC["provider_options"]
@@ -57,7 +56,7 @@ def execute(inputs: list[TaskInput], **options):
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_each_page_kind_gets_the_class_the_retry_table_expects(sandbox, kind):  # noqa: F811
+def test_each_page_kind_gets_the_class_the_retry_table_expects(sandbox, kind):
     i = sandbox.products_with(kind)[0]
     expected = sandbox.expected(i)
     (outcome,) = execute([task_input(sandbox.product_url(i))])
@@ -83,7 +82,7 @@ def test_each_page_kind_gets_the_class_the_retry_table_expects(sandbox, kind):  
         assert outcome.error_detail
 
 
-def test_a_200_that_fails_a_page_check_carries_an_artefact(sandbox):  # noqa: F811
+def test_a_200_that_fails_a_page_check_carries_an_artefact(sandbox):
     i = sandbox.products_with("consent")[0]
     (outcome,) = execute([task_input(sandbox.product_url(i))])
     assert outcome.error_class is ErrorClass.CONSENT
@@ -97,7 +96,7 @@ def test_a_200_that_fails_a_page_check_carries_an_artefact(sandbox):  # noqa: F8
     assert artefact["headers"]["content-type"].startswith("text/html")
 
 
-def test_a_selector_failure_names_the_field(sandbox):  # noqa: F811
+def test_a_selector_failure_names_the_field(sandbox):
     i = sandbox.products_with("price_na")[0]
     (outcome,) = execute([task_input(sandbox.product_url(i))])
     assert outcome.error_class is ErrorClass.SELECTOR
@@ -106,7 +105,7 @@ def test_a_selector_failure_names_the_field(sandbox):  # noqa: F811
 
 
 @pytest.mark.parametrize("kind", ["rate_limited", "rate_limited_date"])
-def test_a_429_carries_retry_after_in_both_forms(sandbox, kind):  # noqa: F811
+def test_a_429_carries_retry_after_in_both_forms(sandbox, kind):
     i = sandbox.products_with(kind)[0]
     (outcome,) = execute([task_input(sandbox.product_url(i))])
     assert outcome.error_class is ErrorClass.RATE_LIMITED
@@ -141,7 +140,7 @@ def test_artefacts_never_carry_credentials():
         (outcome,) = execute([task_input(served.base_url + "/")])
     finally:
         served.stop()
-    assert outcome.error_class is ErrorClass.ACCESS
+    assert outcome.error_class is ErrorClass.AUTH_REFUSED  # a first 403: retried
     text = repr(outcome.artefact)
     for secret in ("s3cret", "Bearer x", "cookie-secret", "abcd1234"):
         assert secret not in text
@@ -155,8 +154,9 @@ def test_artefacts_never_carry_credentials():
     [
         (200, None),
         (204, None),
-        (401, ErrorClass.ACCESS),
-        (403, ErrorClass.ACCESS),
+        # Retried first; the provider makes a persistent one ACCESS (test_auth_retries.py).
+        (401, ErrorClass.AUTH_REFUSED),
+        (403, ErrorClass.AUTH_REFUSED),
         (404, ErrorClass.NOT_FOUND),
         (410, ErrorClass.NOT_FOUND),
         (408, ErrorClass.NETWORK),
@@ -186,7 +186,7 @@ def test_blocked_and_invalid_urls_are_outcomes_not_crashes():
     assert all(o.artefact["reason"] for o in outcomes)
 
 
-def test_an_unknown_page_type_is_a_schema_failure(sandbox):  # noqa: F811
+def test_an_unknown_page_type_is_a_schema_failure(sandbox):
     (outcome,) = execute([task_input(sandbox.product_url(1), page_type="nope")])
     assert outcome.error_class is ErrorClass.SELECTOR
     assert "'nope'" in outcome.error_detail
@@ -202,7 +202,7 @@ def test_bad_provider_options_are_named():
     assert get_provider("direct", concurrency=4).concurrency == 4
 
 
-def test_a_listing_yields_products_and_the_next_cursor(sandbox):  # noqa: F811
+def test_a_listing_yields_products_and_the_next_cursor(sandbox):
     (outcome,) = execute([task_input(sandbox.url("/listing"), page_type="listing")])
     assert outcome.ok and outcome.observations == []
     links = [d for d in outcome.discovered if d.discovery == "link"]
@@ -218,7 +218,7 @@ def test_a_listing_yields_products_and_the_next_cursor(sandbox):  # noqa: F811
     assert nxt.navigation == {"cursor": nxt.url, "page": 2, "link_depth": 0}
 
 
-def test_an_offset_listing_yields_offset_navigation(sandbox):  # noqa: F811
+def test_an_offset_listing_yields_offset_navigation(sandbox):
     url = sandbox.url("/listing?offset=0&limit=10")
     (outcome,) = execute([task_input(url, page_type="listing")])
     (nxt,) = [d for d in outcome.discovered if d.discovery != "link"]
@@ -227,7 +227,7 @@ def test_an_offset_listing_yields_offset_navigation(sandbox):  # noqa: F811
     assert len([d for d in outcome.discovered if d.discovery == "link"]) == 10
 
 
-def test_links_stop_at_max_depth(sandbox):  # noqa: F811
+def test_links_stop_at_max_depth(sandbox):
     categories = task_input(sandbox.url("/categories"), page_type="categories")
     too_deep = task_input(sandbox.url("/category/kitchen"), page_type="category", depth=2)
     (top,), (deep,) = execute([categories]), execute([too_deep])
@@ -235,7 +235,7 @@ def test_links_stop_at_max_depth(sandbox):  # noqa: F811
     assert deep.ok and deep.discovered == []
 
 
-def test_pagination_does_not_count_as_link_depth(sandbox):  # noqa: F811
+def test_pagination_does_not_count_as_link_depth(sandbox):
     # The engine deepens every child by one; page 5 of a listing is still 0 links deep.
     page5 = task_input(
         sandbox.url("/listing?offset=40&limit=10"),
@@ -255,7 +255,7 @@ def test_pagination_does_not_count_as_link_depth(sandbox):  # noqa: F811
 
 
 @pytest.mark.django_db(transaction=True)
-def test_every_kind_ends_in_its_final_state_through_the_engine(make_sandbox, tmp_path, settings):  # noqa: F811
+def test_every_kind_ends_in_its_final_state_through_the_engine(make_sandbox, tmp_path, settings):
     settings.SALVAGE_BACKOFF_BASE = 0.05
     settings.SALVAGE_BACKOFF_CAP = 0.2
     shop = make_sandbox(pages=len(KINDS) * 2, faults="every", retry_after_seconds=1)
@@ -285,7 +285,7 @@ def test_every_kind_ends_in_its_final_state_through_the_engine(make_sandbox, tmp
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_429_delays_the_next_attempt_by_retry_after(make_sandbox, tmp_path):  # noqa: F811
+def test_a_429_delays_the_next_attempt_by_retry_after(make_sandbox, tmp_path):
     shop = make_sandbox(pages=40, faults="every", retry_after_seconds=1)
     load_shop("shop429")
     targets = shop.products_with("rate_limited")[:1] + shop.products_with("rate_limited_date")[:1]
@@ -360,7 +360,7 @@ def test_execute_many_keeps_order_and_the_bound_and_survives_a_bug(monkeypatch):
         in_flight -= 1
         if task.task_id == 5:
             raise RuntimeError("boom")
-        from recovery.providers.base import Outcome
+        from recovery.outcomes import Outcome
 
         return Outcome(http_status=200 + task.task_id)
 

@@ -10,7 +10,7 @@ from django_q.models import OrmQ
 
 from recovery import counters, dispatch, leases
 from recovery.models import Task, TaskCountDelta
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -10,9 +10,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from recovery import acceptance, exports
+from recovery.delivery import exports
 from recovery.models import Observation
-from tests.acceptance_factories import make_collected_run
+from recovery.quality import acceptance
+from tests.support.acceptance import make_collected_run
 
 pytestmark = pytest.mark.django_db
 
@@ -171,7 +172,8 @@ def test_jsonl_is_the_same_bytes_on_sqlite_and_postgresql():
         f'{{"observation_key": "{obs.observation_key}", "entity_key": "{obs.entity_key}", '
         f'"window": "{run.window}", "partition": "{obs.partition}", '
         f'"source_task_key": "{obs.source_task.task_key}", '
-        f'"scraper_version": "{obs.scraper_version}", "version": 1, "payload": {text}}}\n'
+        f'"scraper_version": "{obs.scraper_version}", "version": 1, '
+        f'"stopped_reason": "", "coverage_note": "", "payload": {text}}}\n'
         for obs, text in zip(observations, BYTE_TEXTS, strict=True)
     )
     text = "".join(exports.stream(run.pk, "jsonl"))
@@ -248,7 +250,7 @@ def test_raw_control_characters_quotes_and_unicode_export_the_same_bytes_everywh
 
 def test_the_command_writes_the_same_bytes_to_a_binary_stdout_and_a_file(tmp_path):
     run = raw_run()
-    for fmt in exports.FORMATS:
+    for fmt in exports.TEXT_FORMATS:
         expected = "".join(exports.stream(run.pk, fmt)).encode()
         stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
         call_command("export", str(run.pk), "--format", fmt, stdout=stdout)

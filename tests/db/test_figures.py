@@ -1,4 +1,4 @@
-"""Each dashboard figure against its one definition (recovery.figures.GLOSSARY).
+"""Each dashboard figure against its one definition (recovery.quality.figures.GLOSSARY).
 
 Throughput over worker-active minutes only, ETA only while collecting with a worker alive,
 the blocked reasons, the batch confirmation's count equal to the rows the batch resets, and a
@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recovery import counters, figures, reruns
+from recovery import counters
 from recovery.models import (
     Attempt,
     RecoveryBatch,
@@ -26,10 +26,11 @@ from recovery.models import (
     ValidationResult,
     WorkerHeartbeat,
 )
+from recovery.quality import figures, reruns
 from recovery.states import task as task_states
-from tests.browser.world import make_users, make_world
-from tests.factories import make_dataset, make_run, make_tasks
-from tests.held_rows import observe, quarantine
+from tests.support.factories import make_dataset, make_run, make_tasks
+from tests.support.held_rows import observe, quarantine
+from tests.support.world import make_users, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -38,14 +39,15 @@ NOW = timezone.now().replace(second=30, microsecond=0)
 
 
 def _attempts(run: Run, task: Task, minute_ago: int, n: int, outcome: str = "committed"):
-    """n attempts of `run` that finished `minute_ago` whole minutes before NOW's minute."""
+    """n attempts of `run` that finished `minute_ago` whole minutes before NOW's minute, started
+    at that minute's beginning (so a short run's first minute counts whole)."""
     finished = NOW.replace(second=10) - timedelta(minutes=minute_ago)
     Attempt.objects.bulk_create(
         Attempt(
             task=task,
             run=run,
             worker="w",
-            started_at=finished - timedelta(seconds=2),
+            started_at=finished.replace(second=0),
             finished_at=finished,
             outcome=outcome,
         )
@@ -53,8 +55,10 @@ def _attempts(run: Run, task: Task, minute_ago: int, n: int, outcome: str = "com
     )
 
 
-def _alive(worker: str = "w-alive", seconds_ago: int = 5) -> None:
-    WorkerHeartbeat.objects.create(worker=worker, last_seen=NOW - timedelta(seconds=seconds_ago))
+def _alive(worker: str = "w-alive", seconds_ago: int = 5, kind: str = "work") -> None:
+    WorkerHeartbeat.objects.create(
+        worker=worker, kind=kind, last_seen=NOW - timedelta(seconds=seconds_ago)
+    )
 
 
 def _figures(run: Run) -> figures.RunFigures:
@@ -89,8 +93,45 @@ def test_it_shows_no_throughput_when_nothing_ran_in_the_past_hour():
     run = make_run()
     task = make_tasks(run, 1)[0]
     _attempts(run, task, 61, 500)
-    _attempts(run, task, 0, 7)  # the current minute is not whole yet
     assert _figures(run).throughput is None
+
+
+def test_a_short_run_divides_by_the_seconds_it_was_active_current_minute_included():
+    """A demo run started at second 40 of a minute settled 141 tasks by its end, and 100 more
+    in the next 30 s: whole minutes read "141/min" (and "ETA 20 min") for that whole next
+    minute, and nothing at all during the first. 241 tasks in 20 s + 30 s of activity."""
+    run = make_run()
+    task = make_tasks(run, 1)[0]
+    minute = NOW.replace(second=0) - timedelta(minutes=1)
+    rows = [(minute + timedelta(seconds=40), minute + timedelta(seconds=55), 141)]
+    rows.append((NOW.replace(second=0), NOW.replace(second=25), 100))
+    for started, finished, n in rows:
+        Attempt.objects.bulk_create(
+            Attempt(
+                task=task,
+                run=run,
+                worker="w",
+                started_at=started,
+                finished_at=finished,
+                outcome="committed",
+            )
+            for _ in range(n)
+        )
+    assert _figures(run).throughput == pytest.approx(241 * 60 / 50)
+    # In its first seconds (only the current minute active) it has a figure too.
+    Attempt.objects.filter(finished_at__lt=NOW.replace(second=0)).delete()
+    Attempt.objects.filter(run=run).update(started_at=NOW.replace(second=20))
+    assert _figures(run).throughput == pytest.approx(100 * 60 / 10)
+
+
+def test_a_run_with_ten_active_minutes_keeps_whole_minutes():
+    run = make_run()
+    task = make_tasks(run, 1)[0]
+    for minute in range(1, 11):
+        _attempts(run, task, minute, 6)
+    _attempts(run, task, 0, 1000)  # the current minute does not count
+    Attempt.objects.filter(run=run).update(started_at=NOW - timedelta(minutes=30))
+    assert _figures(run).throughput == pytest.approx(6.0)
 
 
 def test_it_counts_each_run_apart():
@@ -131,7 +172,7 @@ def test_it_never_shows_an_eta_on_a_finished_run(state):
     assert f.blocked == []
 
 
-def test_it_says_no_worker_alive_when_every_heartbeat_is_stale(settings):
+def test_it_says_no_task_worker_alive_when_every_heartbeat_is_stale(settings):
     alive_seconds = settings.SALVAGE_WORKER_ALIVE_SECONDS
     run = make_run()
     tasks = make_tasks(run, 10)
@@ -139,10 +180,27 @@ def test_it_says_no_worker_alive_when_every_heartbeat_is_stale(settings):
     _alive(seconds_ago=alive_seconds + 5)
     f = _figures(run)
     assert f.workers_alive == 0
-    assert f.blocked == ["no worker alive"]
+    assert f.blocked == ["no task worker alive"]
     assert f.eta_minutes is None
     _alive("w-2", seconds_ago=alive_seconds - 5)
     assert _figures(run).eta_minutes == pytest.approx(10 / 20)
+
+
+def test_a_dispatcher_and_a_delivery_loop_alive_are_no_task_worker():
+    """The only `work` process SIGKILLed, its dispatcher and delivery loop still beating: the
+    run page said "Workers alive 2 ... ETA 1 min" for ever. It says no ETA, and why."""
+    run = make_run()
+    tasks = make_tasks(run, 100)
+    _attempts(run, tasks[0], 1, 20)
+    _alive("dispatcher", kind="dispatch")
+    _alive("deliverer", kind="deliver")
+    _alive("killed-work", seconds_ago=3600)
+    f = _figures(run)
+    assert (f.workers_alive, f.eta_minutes) == (0, None)
+    assert f.eta_absent == "no task worker alive"
+    _alive("cluster-worker", kind="qcluster")
+    f = _figures(run)
+    assert (f.workers_alive, f.eta_minutes) == (1, pytest.approx(100 / 20))
 
 
 def test_it_says_how_many_tasks_await_a_reconcile_decision():
@@ -162,6 +220,27 @@ def test_it_says_how_many_tasks_await_a_reconcile_decision():
     # A decision taken elsewhere (the job is dismissed) unblocks the figure.
     RemoteJob.objects.filter(pk=job.pk).update(state="dismissed")
     assert _figures(run).blocked == []
+
+
+def test_each_eta_reason_is_true_of_its_run():
+    """In a run's first minute the page said "nothing ran in the past hour"."""
+    _alive()
+    run = make_run()
+    tasks = make_tasks(run, 10)
+    f = _figures(run)  # created just now, nothing finished
+    assert (f.eta_minutes, f.eta_absent) == (None, "no attempt of the run has finished yet")
+    Run.objects.filter(pk=run.pk).update(created_at=NOW - timedelta(hours=2))
+    _attempts(run, tasks[0], 61, 5)  # ran, but more than an hour ago
+    assert _figures(run).eta_absent == "nothing ran in the past hour"
+    _attempts(run, tasks[0], 1, 5, outcome="retry")  # ran, settled nothing
+    f = _figures(run)
+    assert (f.throughput, f.eta_minutes) == (0.0, None)
+    assert (
+        f.eta_absent == "attempts finished, but no task settled in the run's worker-active minutes"
+    )
+    Task.objects.filter(run=run).update(state="committed")
+    counters.rebuild(run.pk)
+    assert _figures(run).eta_absent == "every task settled"
 
 
 # --- coverage, side by side --------------------------------------------------------------------
@@ -184,6 +263,29 @@ def test_it_shows_committed_and_acceptance_coverage_side_by_side():
     assert [c.failure for c in f.failing_rules] == ["cov 0.754, needs ≥ 0.90"]
 
 
+def test_it_says_a_dataset_without_a_coverage_rule_has_none():
+    """A settled candidate of a dataset with no coverage rule said "not evaluated yet"."""
+    dataset = make_dataset()
+    dataset.spec = dict(dataset.spec, rules=[{"name": "p", "kind": "range", "field": "price"}])
+    dataset.save()
+    run = make_run(dataset)
+    make_tasks(run, 3, state="committed")
+    Run.objects.filter(pk=run.pk).update(acceptance_state="candidate")
+    f = _figures(run)
+    assert f.acceptance_coverage is None
+    assert f.coverage_absent == "no coverage rule (the dataset's spec has none)"
+    users = make_users()
+    client = Client()
+    client.force_login(users["operator"])
+    html = client.get(reverse("dashboard:run", kwargs={"run_id": run.pk})).content.decode()
+    assert "no coverage rule" in html
+    assert "not evaluated yet" not in html
+    # With a coverage rule that has not run yet, the words are the old ones, and true.
+    dataset.spec = dict(dataset.spec, rules=[{"name": "cov", "kind": "coverage", "min": 0.9}])
+    dataset.save()
+    assert _figures(run).coverage_absent.startswith("not evaluated yet")
+
+
 @pytest.mark.parametrize(
     "kind,value,threshold,shown",
     [
@@ -194,9 +296,47 @@ def test_it_shows_committed_and_acceptance_coverage_side_by_side():
     ],
 )
 def test_it_rounds_rule_values_and_names_the_comparison(kind, value, threshold, shown):
-    result = ValidationResult(rule="r", partition="", passed=True, value=value, threshold=threshold)
+    result = ValidationResult(
+        rule="r", partition="p1", passed=True, value=value, threshold=threshold
+    )
     check = figures.rule_check(result, {"r": kind})
     assert (check.shown_value, check.shown_threshold) == shown
+
+
+def test_a_partition_rules_run_level_row_names_the_partitions_it_holds():
+    """It read "partition_invalid_prices · run · 1.000 · ≤ 0.05 · pass" (the worst partition's
+    share against the maximum, passing), and the held partitions were not shown."""
+    dataset = make_dataset()
+    rule = {"name": "pip", "kind": "partition_invalid_share", "field": "price", "max": 0.05}
+    dataset.spec = dict(dataset.spec, rules=[rule])
+    dataset.save()
+    run = make_run(dataset)
+    rows = [("", 1.0, {"held": ["p2", "p3"]}), ("p1", 0.0, {}), ("p2", 1.0, {}), ("p3", 0.5, {})]
+    for partition, value, detail in rows:
+        ValidationResult.objects.create(
+            run=run,
+            rule="pip",
+            partition=partition,
+            passed=value <= 0.05,
+            value=value,
+            threshold=0.05,
+            detail=detail,
+        )
+    ValidationResult.objects.filter(run=run, partition="").update(passed=True)
+    checks = {c.partition: c for c in figures.rule_checks(run)}
+    top = checks[""]
+    assert (top.shown_value, top.shown_threshold) == ("—", "each partition ≤ 0.05")
+    assert top.held_text == "holds 2 partitions: p2, p3"
+    assert (checks["p2"].shown_value, checks["p2"].shown_threshold) == ("1.000", "≤ 0.05")
+    users = make_users()
+    client = Client()
+    client.force_login(users["operator"])
+    html = client.get(reverse("dashboard:run", kwargs={"run_id": run.pk})).content.decode()
+    assert "holds 2 partitions: p2, p3" in html
+    assert "each partition ≤ 0.05" in html
+    ValidationResult.objects.filter(run=run, partition="").update(detail={"held": []})
+    top = next(c for c in figures.rule_checks(run) if c.partition == "")
+    assert top.held_text == "holds no partition"
 
 
 # --- recovery batches --------------------------------------------------------------------------

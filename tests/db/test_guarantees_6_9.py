@@ -17,7 +17,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from recovery import acceptance, exports, leases, outbox, reruns
+from recovery import leases
+from recovery.delivery import exports, outbox
 from recovery.models import (
     Attempt,
     Observation,
@@ -28,8 +29,9 @@ from recovery.models import (
     Task,
     TaskCountDelta,
 )
-from recovery.states.run import RunState
-from tests.acceptance_factories import (
+from recovery.quality import acceptance, reruns
+from recovery.states.choices import RunState
+from tests.support.acceptance import (
     commit_claimed,
     commit_task,
     good_payload,
@@ -37,7 +39,7 @@ from tests.acceptance_factories import (
     make_collected_run,
     make_shop,
 )
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 
 from recovery import leases, worker
 from recovery.models import Task
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +46,7 @@ def test_until_idle_polls_every_tenth_of_a_second_while_another_batch_is_in_flig
 
     stats = worker.run_forever("w-idle", until_idle=True, idle_wait=3600, stop=stop)
 
-    assert stats.tasks == 0
+    assert stats.claims == 0
     assert len(stop.waits) == 8  # it left at the first poll after the other batch's commit
     assert stop.waits[0] == 0.05
     assert max(stop.waits) == 0.1

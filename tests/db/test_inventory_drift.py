@@ -1,4 +1,4 @@
-"""Offset walks validate their final inventory (recovery.drift) against a listing that grows.
+"""Offset walks validate their final inventory (recovery.fetch.drift) against a listing that grows.
 
 The sandbox inserts an item at the front of its listing every few offset requests, as a live
 listing does; without the head re-read those items are never collected (the walk's offsets move
@@ -14,11 +14,12 @@ from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
 
-from recovery import figures, worker
+from recovery import worker
 from recovery.models import Observation, Task
+from recovery.quality import figures
 from recovery.sandbox.site import product_for
-from tests.browser.world import make_users
-from tests.direct_fixtures import SHOP_SPEC, create_run, load_shop
+from tests.support.direct import SHOP_SPEC, create_run, load_shop
+from tests.support.world import make_users
 
 
 def listing_with_total(total: dict | None) -> dict:

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from recovery import counters, keys, leases
 from recovery.models import Attempt, Observation, Run, Task, WorkerHeartbeat
-from recovery.providers.base import Discovered, ErrorClass, Observed, Outcome
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.outcomes import Discovered, ErrorClass, Observed, Outcome
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -382,6 +382,7 @@ EXPECTED_STATE = {
     ErrorClass.RATE_LIMITED: "retry_wait",
     ErrorClass.UNCERTAIN_WRITE: "retry_wait",  # next attempt looks up by key first
     ErrorClass.ACCESS: "quarantined",
+    ErrorClass.AUTH_REFUSED: "retry_wait",  # a 401/403 not yet persistent
     ErrorClass.LOGIN: "quarantined",
     ErrorClass.CHALLENGE: "quarantined",
     ErrorClass.CONSENT: "quarantined",
@@ -399,6 +400,9 @@ EXPECTED_STATE = {
     ErrorClass.SITEMAP_INVALID: "quarantined",  # not a sitemap: nothing from it is added
     ErrorClass.NOT_FOUND: "gone",
     ErrorClass.BUDGET_EXHAUSTED: "dead",
+    # Its final verdict only (a robots.txt unreachable past its bound); while within the bound
+    # the page is deferred (Outcome.deferred), which never reaches the retry table.
+    ErrorClass.ROBOTS_UNREACHABLE: "dead",
 }
 
 

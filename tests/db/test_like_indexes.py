@@ -8,7 +8,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from recovery.models import Task
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

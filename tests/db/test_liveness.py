@@ -10,10 +10,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from recovery import liveness, remote
+from recovery import remote
 from recovery.models import RemoteJob, WorkerHeartbeat
-from tests.browser.world import make_user
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.ops import liveness
+from tests.support.factories import make_dataset, make_run, make_tasks
+from tests.support.world import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +73,8 @@ def test_metrics_count_alive_workers_with_the_same_definition(short, client):
     _row("b", 30)  # stale: not alive
     _row("c", 0, stopped=True)
     text = client.get("/metrics").content.decode()
-    assert "salvage_workers_alive 1\n" in text
+    assert 'salvage_workers_alive{kind="work"} 1\n' in text
+    assert 'salvage_workers_alive{kind="dispatch"} 0\n' in text
     assert "a heartbeat in the last 10 s" in text
 
 
@@ -141,3 +143,31 @@ def test_the_workers_page_shows_status_legend_and_tasks_held_by_a_provider_job(s
     assert "9000" not in page  # never the parked lease date
     gone = client.get("/workers/?status=gone").content.decode()
     assert "w-gone" in gone and "w-alive" not in gone
+
+
+def test_a_provider_job_imports_commit_row_is_never_a_worker(short, client):
+    """An import commits under remote:<job id>, and the commit's upsert (the statement
+    leases.touch_worker runs) gave it a heartbeat row: the workers page listed it, alive for
+    the first seconds and stale after, and the status counts and dead-worker alert took it."""
+    from recovery import attention, leases
+    from recovery.remote.jobs import worker_label
+
+    _row("w-alive", 1)
+    leases.touch_worker(worker_label(3), claimed=2, committed=2)  # just now: "alive"
+    leases.touch_worker(worker_label(4), claimed=1, committed=1)
+    WorkerHeartbeat.objects.filter(worker="remote:4").update(
+        last_seen=timezone.now() - timedelta(seconds=30)  # "stale"
+    )
+    assert worker_label(3).startswith(liveness.REMOTE_JOB_PREFIX)
+    assert liveness.counts()["alive"] == 1
+    assert liveness.counts()["stale"] == 0
+    assert sum(liveness.alive_by_kind().values()) == 1
+    assert list(attention.dead_workers()) == []
+    operator = Client()
+    operator.force_login(make_user("olivia", "operator"))
+    page = operator.get("/workers/?status=all").content.decode()
+    assert "w-alive" in page
+    assert "remote:3" not in page and "remote:4" not in page
+    export = operator.get("/workers.csv?status=all")
+    text = b"".join(export.streaming_content).decode()
+    assert "w-alive" in text and "remote:" not in text

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from recovery import specs
+from recovery.intake import specs
 from recovery.models import AuditEntry, Dataset
 
 pytestmark = pytest.mark.django_db
@@ -90,4 +90,87 @@ def test_a_missing_file_exits_2(tmp_path):
         load(tmp_path / "nope.toml")
     assert err.value.returncode == 2
     assert "cannot read" in str(err.value)
+    assert not Dataset.objects.exists()
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_an_integer_past_the_column_exits_2_naming_the_key_and_range(tmp_path, suffix):
+    raw = specs.parse_file(EXAMPLE)
+    raw["max_attempts"] = 10**23
+    path = tmp_path / f"huge{suffix}"
+    text = EXAMPLE.read_text().replace("max_attempts = 5", f"max_attempts = {10**23}")
+    path.write_text(text if suffix == ".toml" else json.dumps(raw))
+    with pytest.raises(CommandError) as err:
+        load(path)
+    assert err.value.returncode == 2
+    assert f"max_attempts: must be between 1 and 2147483647, got {10**23}" in str(err.value)
+    assert not Dataset.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("suffix", "rule"),
+    [
+        (".toml", '[[rules]]\nname = "cap"\nkind = "range"\nfield = "price"\nmax = inf\n'),
+        (".toml", '[[rules]]\nname = "cap"\nkind = "range"\nfield = "price"\nmax = nan\n'),
+        (".json", {"name": "cap", "kind": "range", "field": "price", "max": float("inf")}),
+    ],
+)
+def test_an_infinite_rule_bound_exits_2_naming_the_rule_and_key(tmp_path, suffix, rule):
+    path = tmp_path / f"inf{suffix}"
+    if suffix == ".toml":
+        path.write_text(EXAMPLE.read_text() + "\n" + rule)
+    else:
+        raw = specs.parse_file(EXAMPLE)
+        raw["rules"].append(rule)
+        path.write_text(json.dumps(raw))  # Infinity: Python's json reads and writes it
+    with pytest.raises(CommandError) as err:
+        load(path)
+    assert err.value.returncode == 2
+    assert "rules.cap.max: must be a finite number" in str(err.value)
+    assert not Dataset.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("deep.json", '{"name": "shop", "a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", 'name = "shop"\na = ' + "[" * 5_000 + "]" * 5_000 + "\n"),
+    ],
+)
+def test_a_spec_nested_too_deep_exits_2_naming_the_limit(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(CommandError) as err:
+        load(path)
+    assert err.value.returncode == 2
+    assert str(err.value) == f"{path}: nested deeper than 64 levels (tables and arrays)"
+    assert not Dataset.objects.exists()
+
+
+def test_a_spec_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "shop.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())
+    assert "dataset shop created" in load(path)
+    assert "unchanged" in load(EXAMPLE)  # the same spec: the mark is not part of it
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("description", "a\x00b", "description: contains a NUL character"),
+        ("values", float("nan"), "rules.e.values[0]: must be a finite number, got nan"),
+    ],
+)
+def test_what_postgresql_cannot_store_exits_2_and_writes_nothing(tmp_path, where, value, message):
+    raw = specs.parse_file(EXAMPLE)
+    if where == "values":
+        raw["rules"].append({"name": "e", "kind": "enum", "field": "price", "values": [value]})
+    else:
+        raw[where] = value
+    path = tmp_path / "shop.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CommandError) as err:
+        load(path)
+    assert err.value.returncode == 2
+    assert message in str(err.value)
     assert not Dataset.objects.exists()

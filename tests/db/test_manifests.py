@@ -11,9 +11,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.forms.models import model_to_dict
 
-from recovery import counters, keys, specs
+from recovery import counters, keys
+from recovery.intake import specs
 from recovery.models import AuditEntry, Dataset, Run, Task, TaskCountDelta
-from recovery.states.run import RunState
+from recovery.states.choices import RunState
 
 pytestmark = pytest.mark.django_db
 
@@ -203,7 +204,7 @@ def test_a_second_createrun_for_the_same_window_is_refused(shop, tmp_path):
 def test_a_concurrent_createrun_of_the_same_window_loses_cleanly(shop, tmp_path, monkeypatch):
     # Another process creates the run after our existence check, while we read the file: the
     # database's unique (dataset, window) decides, and the loser writes nothing.
-    from recovery import manifests
+    from recovery.intake import manifests
 
     real_parse = manifests.parse
 
@@ -341,6 +342,15 @@ BAD_INPUTS = [
         '{"url": "http://a.test/a\\u0000b"}\n',
         "line 1: invalid URL URL contains a control",
     ),
+    # Issue 27: a line nested a thousand deep ended in a RecursionError inside the decoder.
+    (
+        "m.jsonl",
+        '{"url": "http://a.test/1"}\n{"url": ' + "[" * 1000 + "]" * 1000 + "}\n",
+        "line 2: nested too deeply",
+    ),
+    # PostgreSQL cannot store a NUL in text (issue 27: the INSERT was an HTTP 500 there).
+    ("m.csv", "url,partition\nhttp://a.test/1,a\x00b\n", "line 2: partition contains a NUL"),
+    ("m.jsonl", '{"url": "http://a.test/1", "page_type": "p\\u0000"}\n', "page_type contains"),
     ("m.txt", "http://a.test/a\x7fb\n", "control character ('\\x7f'"),
     ("m.txt", "http://a.test/a\x1bb\n", "control character ('\\x1b'"),
 ]

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from recovery import counters, leases
 from recovery.models import Attempt, Task
-from tests.migrations import migrate, migrate_to_latest, old_database_at
+from tests.support.migrations import migrate, migrate_to_latest, old_database_at
 
 BEFORE = [("recovery", "0009_upload_dataset_permission")]
 AFTER = [("recovery", "0010_task_remote_state")]

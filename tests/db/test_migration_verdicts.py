@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import row_states, validation
 from recovery.models import Observation
-from tests.acceptance_factories import SHOP_SPEC
-from tests.migrations import migrate, migrate_to_latest, old_database_at
+from recovery.quality import validation
+from recovery.states import row_states
+from tests.support.acceptance import SHOP_SPEC
+from tests.support.migrations import migrate, migrate_to_latest, old_database_at
 
 BEFORE = [("recovery", "0024_partial_error_index_no_delta_run_index")]
 AFTER = [("recovery", "0025_observation_verdict")]

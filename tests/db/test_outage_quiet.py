@@ -1,4 +1,4 @@
-"""What the outage quieting drops and what it keeps (recovery.outage, recovery.qcluster_outage):
+"""What the outage quieting drops and what it keeps (ops.outage, ops.qcluster_outage):
 only errors whose database or broker really does not answer; a real error stays loud."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import redis
 from django.db import DatabaseError, connection
 from django.test import override_settings
 
-from recovery import outage
-from recovery.processes import free_port
-from recovery.qcluster_outage import RedisBroker
+from recovery.ops import outage
+from recovery.ops.processes import free_port
+from recovery.ops.qcluster_outage import RedisBroker
 
 
 def record_of(exc: BaseException) -> logging.LogRecord:
@@ -96,7 +96,7 @@ def test_lost_connection_is_only_a_dropped_or_refused_connection(exc, lost):
 def test_the_orm_broker_reconnects_after_a_restart_dropped_its_connection(postgres_only):
     from django_q.models import OrmQ
 
-    from recovery.qcluster_outage import OrmBroker
+    from recovery.ops.qcluster_outage import OrmBroker
 
     broker = OrmBroker(list_key="outage-test")
     task_id = broker.enqueue("wake-up")

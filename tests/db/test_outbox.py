@@ -8,11 +8,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery import acceptance, outbox
+from recovery.delivery import outbox
 from recovery.models import AuditEntry, OutboxEvent
+from recovery.quality import acceptance
 from recovery.sandbox.destination import STATE_KEY, make_app
 from recovery.sandbox.runner import start_in_thread
-from tests.acceptance_factories import make_collected_run
+from tests.support.acceptance import make_collected_run
 
 pytestmark = pytest.mark.django_db
 
@@ -187,3 +188,54 @@ def test_bad_event_ids_are_refused():
         outbox.retry_delivery("nope", "ops")
     with pytest.raises(outbox.DeliveryError, match="does not exist"):
         outbox.lookup_delivery("00000000-0000-0000-0000-000000000000", "ops")
+
+
+# --- destinations that carry credentials (guarantee 11) --------------------------------------
+
+CREDENTIALED = "https://deliver:s3cret-pw@importer.example/in?api_token=tok-SECRET-42"
+
+
+def test_public_label_drops_user_password_and_query():
+    assert outbox.public_label(CREDENTIALED) == "https://importer.example/in"
+    assert outbox.public_label("http://u:p@[::1]:8443/x/?k=v#f") == "http://[::1]:8443/x/"
+    assert outbox.public_label("file:///srv/drop") == "file:///srv/drop"
+    assert outbox.public_label("http://[bad") == "[unparsable destination]"
+
+
+def test_an_event_stores_its_destination_without_the_credentials(settings):
+    settings.SALVAGE_DESTINATION = CREDENTIALED
+    settings.SALVAGE_OUTBOX_WAKE = False
+    event = accepted_event()
+    assert event.destination == "https://importer.example/in"
+    # The label names the configured URL, credentials and all, when the event is sent.
+    assert outbox.destination_for(event.destination).base_url == CREDENTIALED
+
+
+def test_a_credentialed_destination_still_receives_the_event(destination, settings):
+    base = settings.SALVAGE_DESTINATION
+    settings.SALVAGE_DESTINATION = base.replace("http://", "http://deliver:s3cret-pw@", 1)
+    event = accepted_event()
+    assert "s3cret" not in event.destination
+    assert outbox.deliver_due() == 1
+    event.refresh_from_db()
+    assert event.state == "delivered"
+    assert destination.puts[str(event.pk)] == 1
+
+
+def test_the_deliveries_page_never_shows_a_credential(client, settings):
+    from django.contrib.auth.models import Group, User
+
+    from dashboard import roles
+
+    settings.SALVAGE_OUTBOX_WAKE = False
+    event = accepted_event()
+    # A row written before labels were public keeps the whole URL: the page must still hide it.
+    OutboxEvent.objects.filter(pk=event.pk).update(destination=CREDENTIALED)
+    user = User.objects.create_user("olivia", password="pw-olivia-1")
+    user.groups.add(Group.objects.get(name=roles.OPERATOR))
+    client.force_login(user)
+    page = client.get("/deliveries/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "importer.example/in" in body
+    assert "s3cret" not in body and "tok-SECRET" not in body and "deliver:" not in body

@@ -9,8 +9,8 @@ from django.db import connection
 from django.test import override_settings
 
 from recovery import leases
-from recovery.providers.base import Observed, Outcome
-from tests.factories import make_run, make_tasks
+from recovery.outcomes import Observed, Outcome
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,14 +1,14 @@
-"""Early (provisional) quarantine while a run collects (recovery.provisional)."""
+"""Early (provisional) quarantine while a run collects (recovery.quality.provisional)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, provisional, validation
 from recovery.models import AuditEntry, Observation, RunPartition
-from recovery.states.run import RunState
-from tests.acceptance_factories import bad_payload, commit_task, good_payload, make_shop
-from tests.factories import make_run, make_tasks
+from recovery.quality import acceptance, provisional, validation
+from recovery.states.choices import RunState
+from tests.support.acceptance import bad_payload, commit_task, good_payload, make_shop
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +104,7 @@ def test_the_acceptance_step_samples_collecting_runs_and_the_dispatcher_sees_it_
 
 
 def test_the_run_and_quarantine_pages_show_the_flag_while_collecting(client):
-    from tests.browser.world import PASSWORD, make_users
+    from tests.support.world import PASSWORD, make_users
 
     make_users()
     run, tasks = collecting_run(40)

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from recovery import remote, worker
 from recovery.remote import jobs
 from tests.db.test_worker_steps import Recording, factory_for
-from tests.factories import make_dataset, make_run, make_tasks
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

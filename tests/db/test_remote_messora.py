@@ -7,13 +7,13 @@ import logging
 import pytest
 from django.utils import timezone
 
-from recovery import leases, reconcile, remote
+from recovery import leases, remote
 from recovery.models import Attempt, Observation, RemoteJob, RemoteJobItem, Run, Task
-from recovery.remote import steps
+from recovery.remote import reconcile, steps
 from recovery.sandbox import messora as sim
-from recovery.states.remote_job import RemoteJobState
-from tests.factories import make_run, make_tasks
-from tests.remote_fixtures import (
+from recovery.states.choices import RemoteJobState
+from tests.support.factories import make_run, make_tasks
+from tests.support.remote import (
     MESSORA_KEY,
     MESSORA_OTHER_KEY,
     remote_dataset,

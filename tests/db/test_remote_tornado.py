@@ -9,11 +9,13 @@ import time
 import httpx
 import pytest
 
-from recovery import outbox, reconcile, remote
+from recovery import remote
+from recovery.delivery import outbox
 from recovery.models import Observation, OutboxEvent, RemoteJob, Task
+from recovery.remote import reconcile
 from recovery.sandbox import tornado as sim
-from tests.factories import make_run, make_tasks
-from tests.remote_fixtures import remote_dataset, scan_database_for, serve, stats, wait_for
+from tests.support.factories import make_run, make_tasks
+from tests.support.remote import remote_dataset, scan_database_for, serve, stats, wait_for
 
 KEY = "sandbox-tornado-key"
 OTHER_KEY = "sandbox-tornado-other"

@@ -22,8 +22,8 @@ from recovery.models import (
 )
 from recovery.sandbox import webscraper as sim
 from recovery.states import run as run_states
-from tests.factories import make_run, make_tasks
-from tests.remote_fixtures import remote_dataset, scan_database_for, serve, stats, wait_for
+from tests.support.factories import make_run, make_tasks
+from tests.support.remote import remote_dataset, scan_database_for, serve, stats, wait_for
 
 TOKEN = "sandbox-webscraper-token"
 OTHER_TOKEN = "sandbox-webscraper-other"
@@ -104,7 +104,7 @@ def test_a_forged_webhook_is_a_404_and_stores_nothing(cloud, client, settings):
 def test_webhook_checks_the_secret_in_constant_time():
     import inspect
 
-    from recovery import webhooks
+    from recovery.remote import webhooks
 
     assert "hmac.compare_digest" in inspect.getsource(webhooks.secret_matches)
 
@@ -293,8 +293,15 @@ BAD_BODIES = [
     (FORM, b"scrapingjob_id=1/../2", "not a job id"),
     (FORM, b"scrapingjob_id=1&custom_id=" + b"x" * 201, "longer than 200"),
     (FORM, b"&".join(b"f%d=1" % i for i in range(40)) + b"&scrapingjob_id=1", "not a form"),
-    ("multipart/form-data; boundary=zzz", b"--zzz\r\nbroken", "scrapingjob_id is missing"),
+    ("multipart/form-data; boundary=zzz", b"--zzz\r\nbroken", "no closing boundary"),
     ("multipart/form-data", b"no boundary at all", "multipart body is broken"),
+    # Cut off before the closing delimiter: every field is there, the end is not.
+    (
+        "multipart/form-data; boundary=zzz",
+        b'--zzz\r\nContent-Disposition: form-data; name="scrapingjob_id"\r\n\r\n55\r\n'
+        b'--zzz\r\nContent-Disposition: form-data; name="status"\r\n\r\nfinished\r\n',
+        "no closing boundary",
+    ),
 ]
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import acceptance, reruns
 from recovery.models import AuditEntry, RecoveryBatch, Run, RunPartition, Task, ValidationResult
-from recovery.states.run import RunState
-from tests.acceptance_factories import (
+from recovery.quality import acceptance, reruns
+from recovery.states.choices import RunState
+from tests.support.acceptance import (
     commit_task,
     good_payload,
     make_collected_run,
     make_shop,
 )
-from tests.factories import make_run, make_tasks
-from tests.held_rows import held_run
+from tests.support.factories import make_run, make_tasks
+from tests.support.held_rows import held_run
 
 pytestmark = pytest.mark.django_db
 
@@ -118,6 +118,23 @@ def test_the_command_names_the_unknown_value_and_lists_the_valid_ones():
         assert err.value.returncode == 2
         assert repr(value) in str(err.value) and listed in str(err.value)
     assert not RecoveryBatch.objects.exists()
+
+
+def test_the_command_creates_a_batch_from_the_archive_and_says_so(capsys):
+    from django.core.management import call_command
+
+    run = make_collected_run({"a": "good", "b": "bad"}, per_partition=2)
+    acceptance.advance_runs()
+    call_command("rerun", str(run.pk), "--partition", "b", "--reason", "fixed", "--from-archive")
+    out = capsys.readouterr().out
+    assert "2 tasks reset" in out and "re-extracted from the page archive where kept" in out
+    b = RecoveryBatch.objects.get(run=run)
+    assert b.from_archive
+    entry = AuditEntry.objects.get(action="create_recovery_batch", object_id=str(b.pk))
+    assert entry.detail["from_archive"] is True
+    # Without the flag a batch fetches, as before.
+    call_command("rerun", str(run.pk), "--partition", "a", "--reason", "again")
+    assert not RecoveryBatch.objects.exclude(pk=b.pk).get().from_archive
 
 
 def test_it_refuses_an_unknown_run():

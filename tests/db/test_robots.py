@@ -13,12 +13,11 @@ import pytest
 
 from recovery import worker
 from recovery.models import Attempt, AuditEntry, Task
-from recovery.providers.base import ErrorClass, TaskInput
+from recovery.outcomes import ErrorClass, TaskInput
 from recovery.providers.direct import DirectProvider
 from recovery.sandbox import robots as sandbox_robots
 from recovery.sandbox import server
-from tests.direct_fixtures import create_run, load_shop, shop_spec
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
+from tests.support.direct import create_run, load_shop, shop_spec
 
 RULES = """# the shop's rules for this test
 User-agent: *
@@ -76,7 +75,7 @@ def products_requested(shop) -> set[int]:
     return {int(p.rsplit("/", 1)[1]) for p in requests_of(shop) if p.startswith("/product/")}
 
 
-def test_it_never_fetches_a_disallowed_url_and_keeps_the_crawl_delay(make_sandbox):  # noqa: F811
+def test_it_never_fetches_a_disallowed_url_and_keeps_the_crawl_delay(make_sandbox):
     shop = make_sandbox(pages=30, faults="none", robots_txt=RULES)
     spec = shop_spec()
     pages = range(1, 31)
@@ -99,25 +98,32 @@ def test_it_never_fetches_a_disallowed_url_and_keeps_the_crawl_delay(make_sandbo
     assert elapsed >= 0.25 * (len(allowed) - 1)
 
 
-@pytest.mark.parametrize("status", [500, 503])
-def test_a_5xx_robots_txt_means_retry_later_and_nothing_fetched(make_sandbox, status):  # noqa: F811
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_an_unreachable_robots_txt_defers_its_pages_and_fetches_nothing(
+    make_sandbox, settings, status
+):
+    settings.SALVAGE_ROBOTS_RETRY_BASE = 40.0
     shop = make_sandbox(pages=3, faults="none", robots_txt=status)
     outcomes, _ = execute([task_input(shop.product_url(i), shop_spec()) for i in (1, 2, 3)])
-    assert {o.error_class for o in outcomes} == {ErrorClass.SERVER}
-    assert all("robots.txt unreachable" in o.error_detail for o in outcomes)
+    # Deferred, not failed (RFC 9309 2.3.1.3): back to retry_wait until robots.txt's own
+    # back-off ends, spending no attempt.
+    assert {o.error_class for o in outcomes} == {ErrorClass.ROBOTS_UNREACHABLE}
+    assert all(o.deferred for o in outcomes)
+    assert all(35 <= o.retry_after <= 40 for o in outcomes)
+    assert all(f"robots.txt unreachable (HTTP {status})" in o.error_detail for o in outcomes)
     assert products_requested(shop) == set()
-    assert requests_of(shop).count("/robots.txt") == 1  # the failure is remembered a while
+    assert requests_of(shop).count("/robots.txt") == 1  # not asked again during the back-off
 
 
 @pytest.mark.parametrize("status", [404, 403, 410])
-def test_a_4xx_robots_txt_allows_everything(make_sandbox, status):  # noqa: F811
+def test_a_4xx_robots_txt_allows_everything(make_sandbox, status):
     shop = make_sandbox(pages=3, faults="none", robots_txt=status)
     outcomes, _ = execute([task_input(shop.product_url(i), shop_spec()) for i in (1, 2, 3)])
     assert all(o.ok for o in outcomes)
     assert products_requested(shop) == {1, 2, 3}
 
 
-def test_a_redirected_robots_txt_is_followed_and_its_rules_apply(make_sandbox):  # noqa: F811
+def test_a_redirected_robots_txt_is_followed_and_its_rules_apply(make_sandbox):
     shop = make_sandbox(
         pages=3,
         faults="none",
@@ -136,7 +142,7 @@ def test_the_default_sandbox_allows_everything():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_refusals_end_quarantined_as_robots_disallowed_through_the_engine(make_sandbox, tmp_path):  # noqa: F811
+def test_refusals_end_quarantined_as_robots_disallowed_through_the_engine(make_sandbox, tmp_path):
     shop = make_sandbox(pages=12, faults="none", robots_txt="User-agent: *\nDisallow: /product/1\n")
     load_shop("robotshop")
     run = create_run(
@@ -158,7 +164,7 @@ def test_refusals_end_quarantined_as_robots_disallowed_through_the_engine(make_s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_opt_out_with_a_reason_is_audited_and_fetches_everything(make_sandbox, tmp_path):  # noqa: F811
+def test_an_opt_out_with_a_reason_is_audited_and_fetches_everything(make_sandbox, tmp_path):
     shop = make_sandbox(pages=3, faults="none", robots_txt="User-agent: *\nDisallow: /\n")
     reason = "written permission from the shop's owner, ticket 42"
     dataset = load_shop("optout", robots={"obey": False, "reason": reason})
@@ -169,10 +175,11 @@ def test_an_opt_out_with_a_reason_is_audited_and_fetches_everything(make_sandbox
     worker.run_until_idle("robots-optout", idle_wait=2.0)
     assert set(Task.objects.filter(run=run).values_list("state", flat=True)) == {"committed"}
     assert products_requested(shop) == {1, 2, 3}
-    assert "/robots.txt" not in requests_of(shop)
+    # Read once all the same: an opt-out from the rules keeps the site's Crawl-delay.
+    assert requests_of(shop).count("/robots.txt") == 1
 
 
-def test_the_browser_provider_refuses_the_same_urls_without_opening_a_page(make_sandbox):  # noqa: F811
+def test_the_browser_provider_refuses_the_same_urls_without_opening_a_page(make_sandbox):
     from recovery.providers.browser import BrowserProvider
 
     shop = make_sandbox(pages=3, faults="none", robots_txt="User-agent: *\nDisallow: /product/2\n")

@@ -1,13 +1,13 @@
-"""recovery.row_states: a row's state as shown, held derived from its partition's quarantine."""
+"""quality.row_states: a row's state as shown, held derived from its partition's quarantine."""
 
 from __future__ import annotations
 
 import pytest
 
-from recovery import row_states
 from recovery.models import Observation, RunPartition
-from tests.factories import make_run, make_tasks
-from tests.held_rows import SHOWN, held_run, observe
+from recovery.states import row_states
+from tests.support.factories import make_run, make_tasks
+from tests.support.held_rows import SHOWN, held_run, observe
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from recovery import leases
 from recovery.models import Attempt, Observation, Run, Task, TaskCountDelta
-from recovery.providers.base import Discovered, ErrorClass, Observed, Outcome
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.outcomes import Discovered, ErrorClass, Observed, Outcome
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -12,10 +12,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from recovery import schedules
+from recovery.intake import schedules
 from recovery.models import AuditEntry, Run, Schedule
-from tests.browser.world import make_users
-from tests.factories import make_dataset, make_run
+from tests.support.factories import make_dataset, make_run
+from tests.support.world import make_users
 
 pytestmark = pytest.mark.django_db
 

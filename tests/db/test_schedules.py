@@ -1,4 +1,4 @@
-"""Schedules (recovery.schedules): one run per (dataset, window), across midnight, the clock
+"""Schedules (recovery.intake.schedules): one run per (dataset, window), across midnight, the clock
 changes and missed windows, with time travelled by time-machine and the dispatcher's own call."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from recovery import schedules
+from recovery.intake import schedule_runs, schedules
 from recovery.models import AuditEntry, Run, Schedule, Task
 from recovery.sandbox.runner import start_in_thread
-from tests.factories import make_dataset
+from tests.support.factories import make_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +52,7 @@ def walk(start: datetime, end: datetime, step: timedelta) -> list[tuple[datetime
     while now <= end:
         with time_machine.travel(now, tick=False):
             before = set(Run.objects.values_list("window", flat=True))
-            schedules.run_due()
+            schedule_runs.run_due()
             after = set(Run.objects.values_list("window", flat=True))
         made.extend((now, w) for w in sorted(after - before))
         now += step
@@ -119,11 +119,11 @@ def test_a_missed_week_follows_the_catch_up_policy(manifest, catch_up, expected)
         catch_up=catch_up,
     )
     with time_machine.travel(datetime(2026, 5, 10, 12, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 0
+        assert schedule_runs.run_due() == 0
     # The dispatcher was down for a week; it comes back on 17 May at 07:00.
     with time_machine.travel(datetime(2026, 5, 17, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == len(expected)
-        assert schedules.run_due() == 0  # and again: nothing more
+        assert schedule_runs.run_due() == len(expected)
+        assert schedule_runs.run_due() == 0  # and again: nothing more
     windows = list(
         Run.objects.filter(dataset=dataset).order_by("pk").values_list("window", flat=True)
     )
@@ -173,7 +173,7 @@ def test_a_window_whose_run_exists_is_adopted_not_duplicated(manifest):
     make_schedule(dataset, manifest, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00")
     Run.objects.create(dataset=dataset, window="2026-05-01")  # e.g. made before a crash
     with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 0
+        assert schedule_runs.run_due() == 0
     schedule = Schedule.objects.get(dataset=dataset)
     assert schedule.last_window == "2026-05-01"
     assert schedule.last_run.window == "2026-05-01"
@@ -188,16 +188,16 @@ def test_a_failed_manifest_is_recorded_and_retried_with_backoff_never_a_half_run
     path.unlink()  # the upstream export did not arrive
     at = datetime(2026, 5, 1, 6, 1, tzinfo=UTC)
     with time_machine.travel(at, tick=False):
-        assert schedules.run_due() == 0
+        assert schedule_runs.run_due() == 0
     schedule = Schedule.objects.get(dataset=dataset)
     assert schedule.failures == 1 and "2026-05-01" in schedule.last_error
-    assert schedule.retry_at >= at + timedelta(seconds=schedules.RETRY_BASE)
+    assert schedule.retry_at >= at + timedelta(seconds=schedule_runs.RETRY_BASE)
     assert schedule.last_due_at is None and not Run.objects.filter(dataset=dataset).exists()
     path.write_text("url\nhttps://shop.test/p/1\n")
     with time_machine.travel(at + timedelta(seconds=30), tick=False):
-        assert schedules.run_due() == 0  # not before its retry time
+        assert schedule_runs.run_due() == 0  # not before its retry time
     with time_machine.travel(schedule.retry_at, tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     schedule.refresh_from_db()
     assert (schedule.failures, schedule.last_error, schedule.retry_at) == (0, "", None)
 
@@ -221,12 +221,12 @@ def test_an_http_manifest_comes_through_the_guarded_client(settings):
             dataset, None, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00", source=url
         )
         with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-            assert schedules.run_due() == 0
+            assert schedule_runs.run_due() == 0
         schedule = Schedule.objects.get(dataset=dataset)
         assert "HTTP 503" in schedule.last_error
         served["status"] = 200
         with time_machine.travel(schedule.retry_at, tick=False):
-            assert schedules.run_due() == 1
+            assert schedule_runs.run_due() == 1
         run = Run.objects.get(dataset=dataset)
         assert list(Task.objects.filter(run=run).values_list("url", flat=True)) == [
             "https://shop.test/p/9"
@@ -239,7 +239,7 @@ def test_previous_copies_the_last_windows_manifest_and_discoveries(manifest):
     dataset = make_dataset()
     make_schedule(dataset, manifest, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00")
     with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     first = Run.objects.get(dataset=dataset, window="2026-05-01")
     parent = Task.objects.filter(run=first).first()
     Task.objects.create(
@@ -252,7 +252,7 @@ def test_previous_copies_the_last_windows_manifest_and_discoveries(manifest):
     )
     Schedule.objects.filter(dataset=dataset).update(manifest_source=schedules.PREVIOUS)
     with time_machine.travel(datetime(2026, 5, 2, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     second = Run.objects.get(dataset=dataset, window="2026-05-02")
     assert sorted(Task.objects.filter(run=second).values_list("url", flat=True)) == [
         "https://shop.test/p/1",
@@ -266,10 +266,10 @@ def test_a_paused_schedule_makes_nothing_and_every_change_is_audited(manifest):
     make_schedule(dataset, manifest, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00")
     assert schedules.set_paused(dataset.name, "nightly", True, actor="ops", reason="site down")
     with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 0
+        assert schedule_runs.run_due() == 0
     assert schedules.set_paused(dataset.name, "nightly", False, actor="ops")
     with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     schedules.remove(dataset.name, "nightly", actor="ops", reason="done")
     actions = list(AuditEntry.objects.order_by("pk").values_list("action", flat=True))
     assert [a for a in actions if a.startswith("schedule_")] == [
@@ -342,12 +342,12 @@ def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
     from django.test import Client
     from django.urls import reverse
 
-    from tests.browser.world import make_users
+    from tests.support.world import make_users
 
     dataset = make_dataset()
     make_schedule(dataset, manifest, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00")
     with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
-        schedules.run_due()
+        schedule_runs.run_due()
     users = make_users()
     operator, admin = Client(), Client()
     operator.force_login(users["operator"])
@@ -373,3 +373,49 @@ def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
     assert (entry.actor, entry.reason) == (users["admin"].username, "site migration")
     html = admin.get(reverse("dashboard:schedules")).content.decode()
     assert "Resume</button>" in html
+
+
+def test_a_manifest_urls_credentials_reach_neither_the_audit_log_nor_the_stored_error():
+    from aiohttp import web
+
+    async def export(request):
+        return web.Response(status=503, text="down")
+
+    app = web.Application()
+    app.router.add_get("/export.csv", export)
+    server = start_in_thread(app)
+    try:
+        dataset = make_dataset()
+        host = server.base_url.split("://", 1)[1]
+        source = f"http://ops:HUNTER2@{host}/export.csv?token=TOKEN-ONE"
+        make_schedule(
+            dataset, None, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00", source=source
+        )
+        with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
+            assert schedule_runs.run_due() == 0
+        schedule = Schedule.objects.get(dataset=dataset)
+        assert schedule.failures == 1 and "export.csv" in schedule.last_error
+        # Only the credential changes: the audit entry says so, without either value.
+        settings = schedules.check_settings(
+            daily="06:00",
+            tz="UTC",
+            window_format="%Y-%m-%d",
+            source=source.replace("TOKEN-ONE", "TOKEN-TWO"),
+            catch_up="latest",
+        )
+        changed = schedules.change(dataset.name, "nightly", settings, paused=False, actor="t")
+        assert "manifest" in changed
+        schedules.remove(dataset.name, "nightly", actor="t", reason="gone")
+        entries = list(AuditEntry.objects.filter(action__startswith="schedule_"))
+        assert {e.action for e in entries} >= {
+            "schedule_added",
+            "schedule_changed",
+            "schedule_removed",
+        }
+        stored = repr([(e.action, e.reason, e.detail) for e in entries]) + schedule.last_error
+        for secret in ("HUNTER2", "TOKEN-ONE", "TOKEN-TWO", "ops:"):
+            assert secret not in stored, stored
+        (change,) = [e for e in entries if e.action == "schedule_changed"]
+        assert "credentials or query changed" in change.detail["changed"]["manifest"][1]
+    finally:
+        server.stop()

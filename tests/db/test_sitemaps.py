@@ -20,13 +20,15 @@ from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
 
-from recovery import figures, manifests, schedules, sitemaps, specs, worker
+from recovery import worker
+from recovery.fetch import sitemaps
+from recovery.intake import manifests, schedule_runs, schedules, specs
 from recovery.models import Attempt, Observation, Run, Schedule, Task
+from recovery.quality import figures
 from recovery.sandbox import robots as sandbox_robots
 from recovery.sandbox import sitemaps as sandbox_sitemaps
-from tests.browser.world import make_users
-from tests.direct_fixtures import create_run, load_shop
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
+from tests.support.direct import create_run, load_shop
+from tests.support.world import make_users
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WINDOW = "2026-11-29"
@@ -54,7 +56,7 @@ def discover(run) -> None:
     worker.run_forever("sitemap-test", stop=stop, batch_size=4, extra_steps=(discovery_done,))
 
 
-def test_it_discovers_from_an_index_gzip_files_and_a_50000_url_file(make_sandbox, tmp_path):  # noqa: F811
+def test_it_discovers_from_an_index_gzip_files_and_a_50000_url_file(make_sandbox, tmp_path):
     shop = make_sandbox(pages=30, faults="none")
     load_shop(
         "sm",
@@ -99,7 +101,7 @@ def test_it_discovers_from_an_index_gzip_files_and_a_50000_url_file(make_sandbox
     assert f"4 of 4 sitemap files read, {progress.urls_listed} URLs listed" in page
 
 
-def test_a_sitemap_run_collects_its_pages_and_reads_each_file_once(make_sandbox, tmp_path):  # noqa: F811
+def test_a_sitemap_run_collects_its_pages_and_reads_each_file_once(make_sandbox, tmp_path):
     shop = make_sandbox(pages=20, faults="none")
     url = shop.url("/sitemaps/products-a.xml.gz")
     load_shop("smrun", sitemap={"url": url, "page_type": "product"})
@@ -116,7 +118,7 @@ def test_a_sitemap_run_collects_its_pages_and_reads_each_file_once(make_sandbox,
     assert requests_of(shop)["/sitemaps/products-a.xml.gz"] == 1
 
 
-def test_lastmod_since_keeps_the_urls_modified_since(make_sandbox, tmp_path):  # noqa: F811
+def test_lastmod_since_keeps_the_urls_modified_since(make_sandbox, tmp_path):
     shop = make_sandbox(pages=40, faults="none")
     load_shop(
         "smsince",
@@ -144,7 +146,7 @@ def test_lastmod_since_keeps_the_urls_modified_since(make_sandbox, tmp_path):  #
     assert note["sitemap"]["skipped_lastmod"] == len(second) - len(expected)
 
 
-def test_files_past_the_limits_or_malformed_are_quarantined_whole(make_sandbox):  # noqa: F811
+def test_files_past_the_limits_or_malformed_are_quarantined_whole(make_sandbox):
     shop = make_sandbox(pages=20, faults="none")
     load_shop(
         "smfault", sitemap={"url": shop.url("/sitemaps/fault-index.xml"), "page_type": "product"}
@@ -181,7 +183,7 @@ def test_files_past_the_limits_or_malformed_are_quarantined_whole(make_sandbox):
     assert urls == {shop.product_url(i) for i in second}
 
 
-def test_robots_txt_applies_to_sitemap_files(make_sandbox):  # noqa: F811
+def test_robots_txt_applies_to_sitemap_files(make_sandbox):
     shop = make_sandbox(pages=20, faults="none", robots_txt="User-agent: *\nDisallow: /sitemaps/\n")
     load_shop("smrobots", sitemap={"url": shop.url("/sitemap_index.xml"), "page_type": "product"})
     run = manifests.create_run("smrobots", WINDOW, None).run
@@ -192,7 +194,7 @@ def test_robots_txt_applies_to_sitemap_files(make_sandbox):  # noqa: F811
     assert not [p for p in requests_of(shop) if p.startswith("/sitemaps/")]
 
 
-def test_createrun_needs_a_manifest_only_without_a_sitemap(make_sandbox, tmp_path, capsys):  # noqa: F811
+def test_createrun_needs_a_manifest_only_without_a_sitemap(make_sandbox, tmp_path, capsys):
     shop = make_sandbox(pages=5, faults="none")
     load_shop("plain")
     with pytest.raises(CommandError, match="--manifest: required"):
@@ -240,7 +242,7 @@ def test_sitemap_discovery_needs_the_direct_provider():
         )
 
 
-def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_sandbox):  # noqa: F811
+def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_sandbox):
     shop = make_sandbox(pages=20, faults="none")
     load_shop("smsched")  # no sitemap in the spec: the URLs take its default page type
     with pytest.raises(schedules.ScheduleError, match="manifest: 'sitemap:ftp"):
@@ -258,7 +260,7 @@ def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_
             actor="test",
         )
     with time_machine.travel(created + timedelta(days=1), tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     run = Run.objects.get(dataset__name="smsched", window="2026-11-02")
     root = sitemap_tasks(run).get()
     assert root.url == shop.url("/sitemaps/products-b.xml")
@@ -273,7 +275,7 @@ def test_a_schedule_with_a_sitemap_source_starts_each_run_from_the_sitemap(make_
     # "previous" copies what the run discovered, not its sitemap file (no page of the spec).
     Schedule.objects.filter(pk=schedule.pk).update(manifest_source=schedules.PREVIOUS)
     with time_machine.travel(created + timedelta(days=2), tick=False):
-        assert schedules.run_due() == 1
+        assert schedule_runs.run_due() == 1
     nxt = Run.objects.get(dataset__name="smsched", window="2026-11-03")
     assert set(Task.objects.filter(run=nxt).values_list("url", "page_type")) == {
         (url, "product") for url in found

@@ -1,7 +1,7 @@
 import pytest
 
 from recovery import counters
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 
 @pytest.mark.django_db

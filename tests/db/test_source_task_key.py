@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from recovery import acceptance, exports, leases
+from recovery import leases
+from recovery.delivery import exports
 from recovery.models import Observation, Run, Task
-from recovery.providers.base import Observed, Outcome
-from tests.acceptance_factories import make_collected_run
-from tests.factories import make_run, make_tasks
+from recovery.outcomes import Observed, Outcome
+from recovery.quality import acceptance
+from tests.support.acceptance import make_collected_run
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +82,7 @@ def accepted_run():
     return run
 
 
-@pytest.mark.parametrize("fmt", exports.FORMATS)
+@pytest.mark.parametrize("fmt", exports.TEXT_FORMATS)
 def test_an_export_prints_the_task_key_whether_stored_or_not(fmt):
     run = accepted_run()  # its observations come from a factory: no key stored
     keys = task_keys()

@@ -16,15 +16,18 @@ from django.utils import timezone
 
 from recovery import counters, leases
 from recovery.models import Attempt, Observation, OutboxEvent, RemoteJob, Run, Task
-from recovery.providers.base import ErrorClass, Outcome
+from recovery.outcomes import ErrorClass, Outcome
 from recovery.remote.jobs import claimed_for
 from recovery.states import delivery, remote_job, run, task
 from recovery.states.base import IllegalTransition
-from recovery.states.delivery import DeliveryState
-from recovery.states.remote_job import RemoteJobState
-from recovery.states.run import RunState
-from recovery.states.task import TaskState
-from tests.factories import force_state, make_run, make_tasks
+from recovery.states.choices import (
+    DeliveryState,
+    HandoffState,
+    RemoteJobState,
+    RunState,
+    TaskState,
+)
+from tests.support.factories import force_state, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -74,6 +77,17 @@ DELIVERY_EDGES = {
     ("failed", "sending"),
     ("uncertain", "sending"),
 }
+# A media handoff: the delivery edges its outbox event takes, then what follows delivery (the
+# consumer's acknowledgement, which proves the delivery; the provider's lost object; a paid
+# regeneration of it).
+_ACKNOWLEDGED = {("sending", "finished"), ("failed", "finished"), ("uncertain", "finished")}
+_LOST = {(s, "missing") for s in ("unsent", "sending", "delivered", "failed", "uncertain")}
+HANDOFF_EDGES = (
+    DELIVERY_EDGES
+    | _ACKNOWLEDGED
+    | _LOST
+    | {("delivered", "finished"), ("finished", "missing"), ("missing", "regenerated")}
+)
 _POLL = {"pending", "completed", "failed", "revoked", "lookup_failed"}
 _RESOLVE = {"submitted", "replaced", "dismissed"}
 REMOTE_JOB_EDGES = {
@@ -94,9 +108,10 @@ REMOTE_JOB_EDGES = {
         (task.ALLOWED, TASK_EDGES),
         (run.ALLOWED, RUN_EDGES),
         (delivery.ALLOWED, DELIVERY_EDGES),
+        (delivery.HANDOFF_ALLOWED, HANDOFF_EDGES),
         (remote_job.ALLOWED, REMOTE_JOB_EDGES),
     ],
-    ids=["task", "run", "delivery", "remote_job"],
+    ids=["task", "run", "delivery", "handoff", "remote_job"],
 )
 def test_each_machine_allows_exactly_the_designed_edges(allowed, expected):
     assert {(s, t) for s, targets in allowed.items() for t in targets} == expected
@@ -107,6 +122,7 @@ def test_every_state_has_an_entry_in_its_table():
         (TaskState, task.ALLOWED),
         (RunState, run.ALLOWED),
         (DeliveryState, delivery.ALLOWED),
+        (HandoffState, delivery.HANDOFF_ALLOWED),
         (RemoteJobState, remote_job.ALLOWED),
     ]:
         assert set(allowed) == set(choices.values)
@@ -294,13 +310,19 @@ def test_delivery_edges(source, target, allowed):
         assert delivery.move(OutboxEvent, event.pk, source, target) is False
 
 
-def test_delivery_moves_a_remote_job_handoff_by_its_own_field():
-    job = make_remote_job(RemoteJobState.COMPLETED, handoff_state=DeliveryState.UNSENT)
-    assert delivery.move(
-        RemoteJob, job.pk, DeliveryState.UNSENT, DeliveryState.SENDING, field="handoff_state"
-    )
+@pytest.mark.parametrize(("source", "target", "allowed"), edges(HandoffState.values, HANDOFF_EDGES))
+def test_handoff_edges(source, target, allowed):
+    job = make_remote_job(RemoteJobState.COMPLETED, handoff_state=source)
+    if not allowed:
+        with pytest.raises(IllegalTransition, match=f"{source} -> {target}"):
+            delivery.move_handoff(job.pk, source, target)
+        assert RemoteJob.objects.get(pk=job.pk).handoff_state == source
+        return
+    assert delivery.move_handoff(job.pk, source, target) is True
     job.refresh_from_db()
-    assert (job.state, job.handoff_state) == (RemoteJobState.COMPLETED, DeliveryState.SENDING)
+    assert (job.state, job.handoff_state) == (RemoteJobState.COMPLETED, target)
+    if source != target:
+        assert delivery.move_handoff(job.pk, source, target) is False
 
 
 # --- remote job ---------------------------------------------------------------------------

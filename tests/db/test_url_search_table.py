@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from dashboard.lists import TRIGRAM_INDEX, URL_SEARCH_TABLE
+from dashboard.filtersets import TRIGRAM_INDEX, URL_SEARCH_TABLE
 from recovery import leases
 from recovery.models import Task
-from tests.factories import make_run, make_tasks
-from tests.migrations import migrate, migrate_to_latest
+from tests.support.factories import make_run, make_tasks
+from tests.support.migrations import migrate, migrate_to_latest
 
 pytestmark = pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="the side table and pg_trgm are PostgreSQL's"

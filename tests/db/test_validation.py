@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import row_states, validation
 from recovery.models import Observation, RunPartition, Task, ValidationResult
-from tests.acceptance_factories import commit_task, good_payload, make_collected_run, make_shop
-from tests.factories import make_run, make_tasks
+from recovery.quality import validation
+from recovery.states import row_states
+from tests.support.acceptance import commit_task, good_payload, make_collected_run, make_shop
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

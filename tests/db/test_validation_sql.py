@@ -1,4 +1,4 @@
-"""Validation in SQL (recovery.validation_sql) gives what the Python definition gives.
+"""Validation in SQL (recovery.quality.validation_sql) gives what the Python definition gives.
 
 Generated runs with every value rule kind, required fields on one page type and a partition
 rule, over values at and around the edges (exactly at min/max, empty, missing, non-numeric
@@ -18,10 +18,10 @@ from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from recovery import validation, validation_sql
 from recovery.models import Observation
+from recovery.quality import validation, validation_sql
 from recovery.verdicts import Rules
-from tests.factories import make_run, make_tasks
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

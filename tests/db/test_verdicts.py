@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from recovery import leases, row_states, validation, validation_sql, verdicts
+from recovery import leases, verdicts
 from recovery.models import Observation, RunPartition, ValidationResult
-from recovery.providers.base import Observed, Outcome
-from tests.acceptance_factories import make_shop
-from tests.factories import make_run, make_tasks
+from recovery.outcomes import Observed, Outcome
+from recovery.quality import validation, validation_sql
+from recovery.states import row_states
+from tests.support.acceptance import make_shop
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 

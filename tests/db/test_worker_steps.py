@@ -8,8 +8,8 @@ import pytest
 
 from recovery import counters, worker
 from recovery.models import Attempt, Observation, Task, WorkerHeartbeat
-from recovery.providers.base import ErrorClass, Observed, Outcome
-from tests.factories import make_dataset, make_run, make_tasks
+from recovery.outcomes import ErrorClass, Observed, Outcome
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +114,7 @@ def test_run_until_idle_drains_everything_due():
     run = make_run()
     make_tasks(run, 120)
     stats = worker.run_until_idle("w1", batch_size=50)
-    assert (stats.batches, stats.tasks, stats.committed) == (3, 120, 120)
+    assert (stats.batches, stats.claims, stats.committed) == (3, 120, 120)
     assert not worker.has_due_work()
 
 

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from recovery.drill import PROPERTIES, SCENARIOS
-from recovery.processes import manage_py
+from recovery.ops.processes import manage_py
+from recovery.showroom.drill import PROPERTIES, SCENARIOS
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow]
 

@@ -13,9 +13,9 @@ import socket
 
 import pytest
 
-from recovery.browser_proxy import GuardedProxy
-from recovery.http import AddressGuard
-from tests.browser.browser_fixtures import Listener
+from recovery.fetch.browser_proxy import GuardedProxy
+from recovery.fetch.guard import AddressGuard
+from tests.support.browser_provider import Listener
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
-"""The pieces of the head re-read (recovery.drift) that need no server: URLs, totals, the spec."""
+"""The pieces of the head re-read (fetch.drift) that need no server: URLs, totals, the spec."""
 
 from __future__ import annotations
 
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import extraction, specs
+from recovery.fetch import extraction
+from recovery.intake import specs
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.drill import PROPERTIES, SCENARIOS, report_ok, task_loss_property
+from recovery.showroom.drill import PROPERTIES, SCENARIOS, report_ok, task_loss_property
 
 TASKS = {"missing_task_keys": 0, "unfinished_tasks": 0, "tasks_by_state": {"committed": 3}}
 EXAMPLE = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery import extraction
-from recovery.extraction import (
+from recovery.fetch import extraction
+from recovery.fetch.extraction import (
     CoercionError,
     ExtractionError,
     extract_cursor,
@@ -16,7 +16,7 @@ from recovery.extraction import (
     parse_decimal,
     parse_int,
 )
-from recovery.providers.base import ErrorClass
+from recovery.outcomes import ErrorClass
 from recovery.sandbox.site import product_for, render_listing, render_product
 
 PRODUCT_FIELDS = {
@@ -248,7 +248,7 @@ def test_the_shared_css_engine_answers_as_each_documents_own():
 
     from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
-    from recovery.extraction import css_first
+    from recovery.fetch.extraction import css_first
 
     docs = [
         "<html><body><div class='product'><h1>A</h1><p class=price>1</p></div></body></html>",
@@ -272,3 +272,14 @@ def test_the_shared_css_engine_answers_as_each_documents_own():
     thread.start()
     thread.join()
     assert found == ["A"]
+
+
+def test_a_timestamp_field_is_stored_as_iso_8601_in_utc():
+    from recovery.fetch.extraction import CoercionError, parse_timestamp
+
+    assert parse_timestamp(" 2026-12-01T09:30:00+01:00 ") == "2026-12-01T08:30:00+00:00"
+    assert parse_timestamp("2026-12-01T09:30:00Z") == "2026-12-01T09:30:00+00:00"
+    assert parse_timestamp("2026-12-01 09:30") == "2026-12-01T09:30:00+00:00"
+    assert parse_timestamp("2026-12-01") == "2026-12-01T00:00:00+00:00"
+    with pytest.raises(CoercionError, match="not an ISO 8601"):
+        parse_timestamp("yesterday")

@@ -9,7 +9,7 @@ import pytest
 
 from recovery import failures
 from recovery.failures import Action
-from recovery.providers.base import ErrorClass
+from recovery.outcomes import ErrorClass
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -23,6 +23,8 @@ SEED_TABLE = [
         [ErrorClass.ACCESS, ErrorClass.LOGIN, ErrorClass.CHALLENGE],
         Action.QUARANTINE,
     ),
+    # "persistent": a first 401/403 is retried a bounded number of times (issue 31).
+    (failures.ROW_ACCESS, [ErrorClass.AUTH_REFUSED], Action.RETRY),
     (failures.ROW_GONE, [ErrorClass.NOT_FOUND], Action.GONE),
     (
         failures.ROW_PAGE_STATE,
@@ -33,6 +35,8 @@ SEED_TABLE = [
     (failures.ROW_UNCERTAIN, [ErrorClass.UNCERTAIN_WRITE], Action.LOOKUP_FIRST),
     (failures.ROW_BUDGET, [ErrorClass.BUDGET_EXHAUSTED], Action.DEAD),
 ]
+# Dead, though the seed does not name it: robots.txt unreachable past its bound (RFC 9309).
+DEAD_CLASSES = [ErrorClass.ROBOTS_UNREACHABLE]
 LOCAL_CLASSES = [
     ErrorClass.BLOCKED,
     ErrorClass.TOO_LARGE,
@@ -61,12 +65,18 @@ def test_it_quarantines_classes_the_seed_does_not_name(error_class):
 def test_the_table_covers_every_class_and_every_seed_row_exactly():
     assert set(failures.RETRY_TABLE) == set(ErrorClass)
     named = {c for _row, classes, _a in SEED_TABLE for c in classes} | set(LOCAL_CLASSES)
-    assert named == set(ErrorClass)
+    assert named | set(DEAD_CLASSES) == set(ErrorClass)
     assert {rule.seed_row for rule in failures.RETRY_TABLE.values()} == set(failures.SEED_ROWS) | {
         failures.ROW_LOCAL,
         failures.ROW_ROBOTS,
         failures.ROW_CRASH_LOOP,
+        failures.ROW_ROBOTS_UNREACHABLE,
     }
+
+
+@pytest.mark.parametrize("error_class", DEAD_CLASSES)
+def test_a_robots_txt_unreachable_past_its_bound_is_dead(error_class):
+    assert failures.rule_for(error_class).action == Action.DEAD
 
 
 def test_only_429_is_marked_as_honouring_retry_after():

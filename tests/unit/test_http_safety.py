@@ -1,4 +1,4 @@
-"""Outbound safety and fetch limits of recovery.http, over real sockets to a local server.
+"""Outbound safety and fetch limits of recovery.fetch's Fetcher, over real sockets to a server.
 
 Every fetch test runs against each transport (aiohttp driven directly, the default; httpx over
 httpx-aiohttp; httpx's own), since all must keep the same guarantees. The test settings
@@ -19,16 +19,12 @@ import time
 import pytest
 from aiohttp import web
 
-from recovery.http import (
-    AddressGuard,
-    Fetcher,
-    FetchError,
-    HostGate,
-    numeric_host,
-    parse_networks,
-    refusal_reason,
-)
-from recovery.providers.base import ErrorClass
+from recovery.fetch.allowlist import parse_networks
+from recovery.fetch.errors import FetchError
+from recovery.fetch.fetcher import Fetcher
+from recovery.fetch.guard import AddressGuard, numeric_host, refusal_reason
+from recovery.fetch.hostgate import HostGate
+from recovery.outcomes import ErrorClass
 from recovery.sandbox.runner import start_in_thread
 
 TRANSPORTS = ["aiohttp", "httpx-aiohttp", "httpcore"]
@@ -912,7 +908,7 @@ def test_the_default_trust_is_httpxs_read_on_first_use():
     import certifi
     import httpx
 
-    from recovery.http import _client_ssl_context
+    from recovery.fetch.clients import _client_ssl_context
 
     ours = _client_ssl_context(True)
     theirs = httpx.create_ssl_context(verify=True, trust_env=False)
@@ -933,7 +929,7 @@ def test_the_default_trust_is_httpxs_read_on_first_use():
 def make_page(body: bytes, content_type: str = "text/html"):
     import httpx
 
-    from recovery.http import Page
+    from recovery.fetch.responses import Page
 
     return Page(
         url="http://x/",
@@ -980,7 +976,7 @@ def test_an_unknown_charset_name_falls_back_to_utf8():
 
 
 def test_the_demo_allows_the_sandbox_port_only(settings, tmp_path):
-    from recovery import demo
+    from recovery.showroom import demo
 
     settings.DATA_DIR = tmp_path
     guard = AddressGuard.from_settings(

@@ -12,7 +12,7 @@ import threading
 import pytest
 from django.db import OperationalError
 
-from recovery.outage import DatabaseOutage, OutageGuard
+from recovery.ops.outage import DatabaseOutage, OutageGuard
 
 
 class Clock:
@@ -62,7 +62,7 @@ def guard(database: Database, **kw) -> tuple[OutageGuard, RecordingStop]:
 def test_it_logs_one_line_when_the_database_goes_and_one_when_it_is_back(caplog):
     database = Database(outage=6)
     g, _stop = guard(database)
-    caplog.set_level(logging.INFO, logger="recovery.outage")
+    caplog.set_level(logging.INFO, logger="recovery.ops.outage")
     assert g.step(lambda: 7) == 7
     assert g.step(down) is None  # returns once the database answers again
     assert database.probes == 7

@@ -7,8 +7,8 @@ import re
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from recovery.pagechecks import PageCheckFailure, PageView, check_page
-from recovery.providers.base import ErrorClass
+from recovery.fetch.pagechecks import PageCheckFailure, PageView, check_page
+from recovery.outcomes import ErrorClass
 from recovery.sandbox.site import product_for, render_misbehaving, render_product
 
 # The markers of docs/spec-format.md, as specs.validate() normalises them.
@@ -123,7 +123,7 @@ def test_only_the_known_characters_fold_onto_ascii_under_ignorecase():
     IGNORECASE; this holds only if no other character in Unicode folds onto one."""
     import sys
 
-    from recovery.pagechecks import _ascii_folds
+    from recovery.fetch.pagechecks import _ascii_folds
 
     everything = "".join(chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000)
     for code in range(128):
@@ -146,7 +146,7 @@ TEXTS = [
 
 @pytest.mark.parametrize("pattern", MARKERS)
 def test_search_text_finds_what_re_search_finds(pattern):
-    from recovery.pagechecks import search_text
+    from recovery.fetch.pagechecks import search_text
 
     for text in [*TEXTS, " ".join(TEXTS)]:
         expected = re.search(pattern, text, re.IGNORECASE)
@@ -160,7 +160,7 @@ def test_search_text_agrees_with_re_search_on_generated_input():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from recovery.pagechecks import search_text
+    from recovery.fetch.pagechecks import search_text
 
     alphabet = "abkKsSiI \u212a\u017f\u0130\u0131é1-"
     atoms = st.sampled_from(["a", "k", "s", "i", "K", "S", "I", " ", "1", "é", "\\b", "(?=a)",

@@ -1,10 +1,10 @@
-"""recovery.progress: a bar on a terminal, plain lines elsewhere."""
+"""recovery.ops.progress: a bar on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
 import io
 
-from recovery.progress import Progress
+from recovery.ops.progress import Progress
 
 
 class FakeClock:
@@ -61,3 +61,20 @@ def test_it_stays_silent_when_disabled_and_survives_a_closed_stream():
     p = Progress("x", total=1, stream=closed, tty=True)
     p.advance()
     p.close()  # no exception
+
+
+def test_a_work_process_shows_its_last_figures_once_when_it_stops_however_short_its_run():
+    from types import SimpleNamespace
+
+    from recovery.ops.progress import watch_worker
+
+    stream = io.StringIO()
+    stats = SimpleNamespace(committed=0, attempts=0, claims=0)
+    watch = watch_worker("w-1", stats, stream=stream)
+    stats.committed, stats.attempts, stats.claims = 6, 7, 2
+    assert watch("w-1") is False  # a step that never claims it did work
+    assert stream.getvalue() == ""  # sooner than the interval: no line yet
+    watch.close()
+    watch.close()
+    (line,) = stream.getvalue().splitlines()
+    assert line.startswith("work w-1 6 tasks committed") and "7 attempts, 2 claims" in line

@@ -1,4 +1,4 @@
-"""robots.txt rules (RFC 9309) as recovery.robots reads them, and why not urllib.robotparser."""
+"""robots.txt rules (RFC 9309) as fetch.robots reads them, and why not urllib.robotparser."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import urllib.robotparser
 import pytest
 from protego import Protego
 
-from recovery import robots, specs
-from recovery.providers.base import ErrorClass
+from recovery.fetch import robots
+from recovery.intake import specs
+from recovery.outcomes import ErrorClass
 
 # RFC 9309 2.2.2: the most specific (longest) match wins, whatever the order of the lines.
 LONGEST_MATCH = "User-agent: *\nDisallow: /shop\nAllow: /shop/public\n"
@@ -71,9 +72,10 @@ def test_it_matches_groups_by_the_user_agents_product_token():
         (404, None, False),  # unavailable: allow all
         (410, None, False),
         (403, None, False),  # RFC 9309 2.3.1.3: any 4xx is "unavailable"
-        (429, ErrorClass.RATE_LIMITED, False),
-        (500, ErrorClass.SERVER, False),
-        (503, ErrorClass.SERVER, False),
+        # RFC 9309 2.3.1.3: unreachable, complete disallow for now (the pages are deferred)
+        (429, ErrorClass.ROBOTS_UNREACHABLE, False),
+        (500, ErrorClass.ROBOTS_UNREACHABLE, False),
+        (503, ErrorClass.ROBOTS_UNREACHABLE, False),
     ],
 )
 def test_it_reads_each_status_as_the_rfc_says(status, error_class, parsed):
@@ -109,6 +111,10 @@ BASE = {"name": "s", "page_types": {"p": {"fields": {"a": {"selector": "h1"}}}}}
         ({"obey": "no"}, "robots.obey: must be true or false"),
         ({"obey": False, "why": "x"}, "robots.why: unknown key"),
         ("off", "robots: must be a table"),
+        # Giving up the Crawl-delay needs the same stated reason, and the opt-out it belongs to.
+        ({"obey": False, "crawl_delay": False}, "robots.reason: obey = false needs"),
+        ({"crawl_delay": False, "reason": "the site owner agreed"}, "robots.crawl_delay: false"),
+        ({"obey": False, "reason": "owner agreed", "crawl_delay": 0}, "robots.crawl_delay: must"),
     ],
 )
 def test_it_refuses_an_opt_out_without_a_reason(robots_value, message):
@@ -121,3 +127,16 @@ def test_it_keeps_a_stated_opt_out_and_leaves_other_specs_unchanged():
     spec = specs.validate({**BASE, "robots": {"obey": False, "reason": "site owner's consent"}})
     assert spec["robots"] == {"obey": False, "reason": "site owner's consent"}
     assert "robots" not in specs.validate(BASE)  # older specs keep their hash
+
+
+def test_an_opt_out_keeps_the_crawl_delay_unless_it_says_otherwise():
+    reason = "site owner's consent, ticket 7"
+    opted_out = specs.validate({**BASE, "robots": {"obey": False, "reason": reason}})
+    assert robots.obeys(opted_out) is False
+    assert robots.keeps_crawl_delay(opted_out) is True
+    assert robots.keeps_crawl_delay(specs.validate(BASE)) is True
+    no_delay = specs.validate(
+        {**BASE, "robots": {"obey": False, "reason": reason, "crawl_delay": False}}
+    )
+    assert no_delay["robots"] == {"obey": False, "reason": reason, "crawl_delay": False}
+    assert robots.keeps_crawl_delay(no_delay) is False

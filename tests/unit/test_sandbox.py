@@ -460,7 +460,7 @@ def test_build_app_mounts_simulators_that_exist(monkeypatch):
 
 def test_the_spec_matches_the_shop_and_passes_spec_validation():
     pytest.importorskip("django")
-    from recovery import specs
+    from recovery.intake import specs
 
     for rule in server.PARTITION_RULES:
         spec = specs.validate(tomllib.loads(server.shop_spec_toml(partition_rule=rule)))
@@ -477,7 +477,7 @@ def test_the_spec_matches_the_shop_and_passes_spec_validation():
 
 @pytest.mark.slow
 def test_the_command_serves_and_writes_a_spec_and_manifest(sandbox_process, tmp_path):
-    from recovery import specs
+    from recovery.intake import specs
 
     spec_path, manifest_path = tmp_path / "shop.toml", tmp_path / "shop.csv"
     sb = sandbox_process(
@@ -505,14 +505,14 @@ def test_the_command_serves_and_writes_a_spec_and_manifest(sandbox_process, tmp_
         r = c.get(rows[ok - 1]["url"])
         assert r.status_code == 200
         assert fields_of(r.text)["retailer"] == rows[ok - 1]["partition"]
-    from tests.sandbox_fixtures import stop_process
+    from tests.support.sandbox import stop_process
 
     assert stop_process(sb.process) == 0  # SIGTERM is a clean exit
 
 
 @pytest.mark.slow
 def test_the_command_listens_on_retailer_hosts(sandbox_process, tmp_path):
-    from recovery import specs
+    from recovery.intake import specs
 
     spec_path, manifest_path = tmp_path / "shop.toml", tmp_path / "shop.csv"
     sandbox_process(
@@ -531,7 +531,7 @@ def test_the_command_listens_on_retailer_hosts(sandbox_process, tmp_path):
 def test_the_command_refuses_an_unknown_profile():
     import subprocess
 
-    from tests.sandbox_fixtures import ROOT
+    from tests.support.sandbox import ROOT
 
     proc = subprocess.run(
         [sys.executable, "manage.py", "sandbox", "--faults", "bogus", "--port", "0"],
@@ -578,7 +578,8 @@ def test_version_2_of_the_spec_reads_the_bad_retailers_new_template(make_sandbox
     # Seed 002's worked example: the bad retailer's pages changed template; version 1's
     # selector reads the price change (negative), version 2's reads the price, on both
     # templates, and both spec versions pass the spec checks.
-    from recovery import extraction, specs
+    from recovery.fetch import extraction
+    from recovery.intake import specs
 
     v1, v2 = (
         specs.validate(tomllib.loads(server.shop_spec_toml(version=n)))["page_types"]["product"]

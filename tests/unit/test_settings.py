@@ -98,6 +98,13 @@ def test_it_refuses_relative_sqlite_paths(tmp_path, url):
         s.database_from_url(url, tmp_path)
 
 
+def test_a_refused_sqlite_url_never_shows_its_password(tmp_path):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        s.database_from_url("sqlite://alice:hunter2-secret@host/var/x.db", tmp_path)
+    assert "hunter2-secret" not in str(refused.value)
+    assert "alice:***@host" in str(refused.value)
+
+
 @pytest.mark.parametrize("url", ["mysql://u@h/db", "redis://h", "db.sqlite3"])
 def test_it_refuses_unsupported_database_urls(tmp_path, url):
     with pytest.raises(ImproperlyConfigured, match="not supported"):
@@ -141,6 +148,12 @@ def test_it_allows_the_dev_key_only_when_asked(tmp_path, env):
     result = _load_settings(tmp_path, **env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "insecu"
+
+
+def test_it_refuses_an_unknown_log_format_at_startup(tmp_path):
+    result = _load_settings(tmp_path, SALVAGE_LOG_FORMAT="jsno", SECRET_KEY="x")
+    assert result.returncode != 0
+    assert "SALVAGE_LOG_FORMAT='jsno': expected plain or json" in result.stderr
 
 
 def test_it_refuses_a_bad_debug_value_at_startup(tmp_path):

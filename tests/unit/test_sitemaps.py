@@ -1,4 +1,4 @@
-"""Sitemap files read by recovery.sitemaps (pure): index and urlset, gzip, lastmod, the
+"""Sitemap files read by recovery.fetch.sitemaps (pure): index and urlset, gzip, lastmod, the
 protocol's limits and the XML a sitemap must not be."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from recovery import sitemaps
-from recovery.providers.base import ErrorClass
+from recovery.fetch import sitemaps
+from recovery.outcomes import ErrorClass
 from recovery.sandbox import sitemaps as sandbox
 
 BASE = "http://shop.example"
@@ -36,11 +36,15 @@ def test_it_reads_an_index_into_sitemap_tasks_that_carry_the_configuration():
     outcome = read(sandbox.index(BASE, ["/a.xml", "/b.xml.gz"]), config)
     assert [d.url for d in outcome.discovered] == [BASE + "/a.xml", BASE + "/b.xml.gz"]
     assert {d.page_type for d in outcome.discovered} == {sitemaps.SITEMAP_PAGE_TYPE}
-    assert all(d.navigation == {"sitemap": config} for d in outcome.discovered)
+    # ... one level deeper, each with half of what is left of the run's file budget.
+    share = (sitemaps.MAX_FILES - 1) // 2
+    child = {**config, "depth": 1, "budget": share}
+    assert all(d.navigation == {"sitemap": child} for d in outcome.discovered)
     assert all(d.priority == sitemaps.PRIORITY for d in outcome.discovered)
     assert outcome.artefact["sitemap"] == {
         "kind": "sitemapindex",
         "sitemaps": 2,
+        "repeats": 0,
         "skipped_lastmod": 0,
         "unusable": 0,
         "unreadable_lastmod": 0,
@@ -157,6 +161,127 @@ def test_other_namespaces_inside_an_entry_are_ignored_and_bad_locs_are_counted()
     ]
     assert outcome.artefact["sitemap"]["unusable"] == 1
     assert "ftp" in outcome.artefact["reason"]
+
+
+@pytest.mark.parametrize(
+    "loc", ["http://", "https://", "http:///product/1", "http:", "mailto:x@shop.example", " "]
+)
+def test_an_absolute_loc_is_never_joined_onto_the_files_url(loc):
+    # urljoin(file, "http://") is the file itself: it must not become a page task.
+    body = f'<urlset xmlns="{sitemaps.NAMESPACE}"><url><loc>{loc}</loc></url></urlset>'.encode()
+    outcome = read(body)
+    assert outcome.discovered == []
+    assert outcome.artefact["sitemap"]["unusable"] == 1
+    assert outcome.artefact["sitemap"]["urls"] == 0
+
+
+def test_urls_listed_counts_distinct_urls_and_reports_repeats():
+    body = sandbox.edges(BASE)
+    outcome = read(body)
+    assert [d.url for d in outcome.discovered] == [
+        f"{BASE}/product/{i}" for i in sandbox.EDGE_PRODUCTS
+    ]
+    counts = outcome.artefact["sitemap"]
+    listed = sum(times for _loc, times in sandbox.EDGE_LOCS)
+    assert counts["urls"] == len(sandbox.EDGE_PRODUCTS)
+    assert counts["unusable"] == 4  # http://, https:///product/9, empty, mailto:
+    assert counts["repeats"] == listed - counts["urls"] - counts["unusable"] == 3
+    assert "no host" in outcome.artefact["reason"]
+
+
+def test_rules_give_page_types_first_match_wins_and_unmatched_urls_are_counted():
+    body = sandbox.urlset(BASE, []).replace(
+        b"</urlset>",
+        b"".join(
+            f"<url><loc>{BASE}{path}</loc></url>".encode()
+            for path in ("/product/1", "/category/shoes", "/product/special", "/about")
+        )
+        + b"</urlset>",
+    )
+    rules = [
+        {"pattern": "/product/special", "page_type": "listing"},
+        {"pattern": "/product/", "page_type": "product"},
+        {"pattern": "^http://shop\\.example/category/", "page_type": "category"},
+    ]
+    outcome = read(body, {"rules": rules})
+    assert [(d.url.removeprefix(BASE), d.page_type) for d in outcome.discovered] == [
+        ("/product/1", "product"),
+        ("/category/shoes", "category"),
+        ("/product/special", "listing"),
+    ]
+    assert outcome.artefact["sitemap"]["unmatched"] == 1
+    assert "matched no sitemap rule" in outcome.artefact["reason"]
+    # With a default page type, a URL no rule matches takes it.
+    outcome = read(body, {"rules": rules, "page_type": "page"})
+    assert outcome.discovered[-1].page_type == "page"
+    assert outcome.artefact["sitemap"]["unmatched"] == 0
+
+
+def test_an_index_at_the_depth_limit_is_refused_whole():
+    body = sandbox.index(BASE, ["/a.xml"])
+    below = read(body, {"page_type": "product", "depth": sitemaps.MAX_DEPTH - 1, "budget": 9})
+    assert below.discovered[0].navigation["sitemap"]["depth"] == sitemaps.MAX_DEPTH
+    with pytest.raises(sitemaps.SitemapError, match="MAX_DEPTH = 4") as err:
+        read(body, {"page_type": "product", "depth": sitemaps.MAX_DEPTH, "budget": 9})
+    assert err.value.error_class == ErrorClass.TOO_LARGE
+    # An empty index adds nothing, so it is no threat at any depth.
+    empty = read(sandbox.index(BASE, []), {"page_type": "product", "depth": 99})
+    assert empty.discovered == []
+
+
+def test_an_index_listing_more_sitemaps_than_its_budget_is_refused_whole():
+    body = sandbox.index(BASE, ["/a.xml", "/b.xml", "/c.xml"])
+    shares = read(body, {"page_type": "product", "budget": 10}).discovered
+    assert [d.navigation["sitemap"]["budget"] for d in shares] == [3, 3, 3]
+    assert read(body, {"page_type": "product", "budget": 4}).discovered
+    with pytest.raises(sitemaps.SitemapError, match="more than the 2 files") as err:
+        read(body, {"page_type": "product", "budget": 3})
+    assert err.value.error_class == ErrorClass.TOO_LARGE
+    assert "MAX_FILES" in err.value.detail
+
+
+@pytest.mark.parametrize("children", [1, 3, 50, 400])
+def test_no_sitemap_tree_makes_a_run_read_more_than_max_files(children):
+    """Every index lists `children` new indexes, forever: reading stops at the bounds."""
+    pending = [("http://shop.example/0.xml", {"page_type": "product"})]
+    read_files = refused = 0
+    while pending and read_files <= sitemaps.MAX_FILES:  # (a test that fails, never hangs)
+        url, config = pending.pop()
+        read_files += 1
+        paths = [f"{url.removesuffix('.xml')}-{i}.xml" for i in range(children)]
+        body = sandbox.index("", paths)
+        try:
+            outcome = read(body, config)
+        except sitemaps.SitemapError:
+            refused += 1
+            continue
+        pending.extend((d.url, d.navigation["sitemap"]) for d in outcome.discovered)
+    assert read_files <= sitemaps.MAX_FILES
+    assert refused > 0
+
+
+def test_a_robots_txt_is_read_for_its_sitemap_lines():
+    text = (
+        "User-agent: *\nDisallow: /\n"
+        f"Sitemap: {BASE}/sitemap_index.xml\nsitemap: /relative.xml\nSitemap: http://\n"
+    )
+    parsed = sitemaps.parse_robots(text.encode(), BASE + "/robots.txt")
+    outcome = sitemaps.outcome(
+        parsed, status=200, config={"page_type": "product"}, partition_for=lambda u: "p"
+    )
+    assert [d.url for d in outcome.discovered] == [
+        f"{BASE}/sitemap_index.xml",
+        f"{BASE}/relative.xml",
+    ]
+    assert {d.page_type for d in outcome.discovered} == {sitemaps.SITEMAP_PAGE_TYPE}
+    assert outcome.artefact["sitemap"]["robots_txt"] == 1
+    assert outcome.artefact["sitemap"]["unusable"] == 1
+    with pytest.raises(sitemaps.SitemapError, match="lists no Sitemap: line") as err:
+        sitemaps.parse_robots(b"User-agent: *\nAllow: /\n", BASE + "/robots.txt")
+    assert err.value.error_class == ErrorClass.SITEMAP_INVALID
+    assert sitemaps.is_robots_txt(BASE + "/robots.txt")
+    assert not sitemaps.is_robots_txt(BASE + "/robots.txt?x=1")
+    assert not sitemaps.is_robots_txt(BASE + "/a/robots.txt")
 
 
 def test_it_reads_the_text_format_and_refuses_text_that_lists_no_url():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery import specs
+from recovery.intake import specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,6 +123,10 @@ DELETE = object()
         ("max_attempts", 0, "max_attempts: must be >= 1"),
         ("max_attempts", True, "max_attempts: must be an integer"),
         ("lease_seconds", 1.5, "lease_seconds: must be an integer"),
+        # Past the database column (a 32-bit integer): named, not an overflow at the INSERT.
+        ("max_attempts", 10**23, "max_attempts: must be between 1 and 2147483647, got 1"),
+        ("lease_seconds", 2**31, "lease_seconds: must be between 1 and 2147483647"),
+        ("max_elapsed_seconds", 2**63, "max_elapsed_seconds: must be between 1 and 2147483647"),
         ("scraper_version", "", "scraper_version: must be a non-empty string"),
         ("colour", "red", "colour: unknown key"),
         ("page_types", DELETE, "page_types: required"),
@@ -200,6 +204,16 @@ DELETE = object()
             [{"name": "c", "kind": "coverage", "min": 0.9}] * 2,
             "rules.c: rule names must be unique",
         ),
+        (
+            "rules",
+            [{"name": "price", "kind": "range", "field": "sku", "max": float("inf")}],
+            "rules.price.max: must be a finite number, got inf",
+        ),
+        (
+            "rules",
+            [{"name": "price", "kind": "range", "field": "sku", "min": float("nan")}],
+            "rules.price.min: must be a finite number, got nan",
+        ),
     ],
 )
 def test_it_names_the_bad_key(path, value, message):
@@ -240,3 +254,63 @@ def test_it_names_unreadable_files(tmp_path, name, content, message):
 def test_it_names_a_missing_file(tmp_path):
     with pytest.raises(specs.SpecError, match="cannot read"):
         specs.parse_file(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        # Issue 27's fault test: each used to end in a RecursionError inside the parser.
+        ("deep.json", '{"name": "x", "a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", 'name = "x"\na = ' + "[" * 5_000 + "]" * 5_000 + "\n"),
+        # Parsed without trouble, but past the limit all the same.
+        ("deep65.json", '{"a": ' + "[" * 64 + "]" * 64 + "}"),
+        ("deep65.toml", "a = " + "[" * 64 + "]" * 64 + "\n"),
+    ],
+)
+def test_it_refuses_a_spec_nested_too_deep_naming_the_limit(name, content):
+    with pytest.raises(specs.SpecError) as err:
+        specs.parse_bytes(content.encode(), name)
+    assert str(err.value) == f"{name}: nested deeper than 64 levels (tables and arrays)"
+
+
+def test_a_spec_nested_64_deep_is_parsed():
+    raw = specs.parse_bytes(('{"a": ' + "[" * 63 + "]" * 63 + "}").encode(), "ok.json")
+    assert "a" in raw
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_it_reads_a_spec_that_starts_with_a_byte_order_mark(suffix):
+    text = 'name = "shop"\n' if suffix == ".toml" else '{"name": "shop"}'
+    raw = specs.parse_bytes(b"\xef\xbb\xbf" + text.encode(), f"bom{suffix}")
+    assert raw == {"name": "shop"}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        # PostgreSQL's jsonb cannot store these: each was an HTTP 500 at the INSERT (issue 27).
+        ("description", "a\x00b", "description: contains a NUL character"),
+        ("page_types.product.fields.sku.attr", "x\x00", "fields.sku.attr: contains a NUL"),
+        (
+            "rules",
+            [{"name": "e", "kind": "enum", "field": "sku", "values": ["a", float("inf")]}],
+            "rules.e.values[1]: must be a finite number, got inf",
+        ),
+        (
+            "rules",
+            [{"name": "c", "kind": "coverage", "min": 0.5, "description": "\x00"}],
+            "rules.c.description: contains a NUL character",
+        ),
+    ],
+)
+def test_it_refuses_what_the_database_cannot_store(path, value, message):
+    with pytest.raises(specs.SpecError) as err:
+        specs.validate(mutate(path, value))
+    assert message in str(err.value)
+
+
+def test_it_refuses_a_nul_in_a_key_the_provider_passes_through():
+    raw = mutate("provider_options", {"n\x00": 1})
+    raw["provider"] = "noop"
+    with pytest.raises(specs.SpecError, match=re.escape("provider_options.n\\x00: a key contains")):
+        specs.validate(raw)

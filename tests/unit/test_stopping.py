@@ -13,7 +13,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import os, signal, threading
-    from recovery import stopping
+    from recovery.ops import stopping
 
     stop = threading.Event()
     stopping.stop_on_signals(stop)

@@ -39,7 +39,7 @@ import sys
 import django
 django.setup()
 from django.core.management import load_command_class
-from recovery import outage
+from recovery.ops import outage
 load_command_class("recovery", "work")  # the command, its loop and the outage guard
 from recovery.providers import builtin
 print("redis" in sys.modules)
@@ -60,7 +60,7 @@ def test_a_worker_on_the_orm_broker_never_imports_redis():
 def test_redis_errors_are_outage_errors_once_redis_is_loaded():
     import redis
 
-    from recovery import outage
+    from recovery.ops import outage
 
     assert outage.broker_errors() == (redis.ConnectionError, redis.TimeoutError)
     assert redis.ConnectionError in outage.outage_errors()
@@ -81,7 +81,7 @@ import asyncio, sys
 import django
 django.setup()
 from recovery.providers import builtin
-from recovery.http import Fetcher
+from recovery.fetch.fetcher import Fetcher
 
 async def main():
     fetcher = Fetcher()

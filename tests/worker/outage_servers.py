@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.processes import free_port, wait_until
+from recovery.ops.processes import free_port, wait_until
 
 
 def _ping_redis(port: int) -> bool:

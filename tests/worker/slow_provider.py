@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from recovery.providers.base import Observed, Outcome, TaskInput
+from recovery.outcomes import Observed, Outcome, TaskInput
 from recovery.providers.registry import register
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.browser_fixtures import need_chromium
+from tests.support.browser_provider import need_chromium
 
 pytestmark = [pytest.mark.worker, pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

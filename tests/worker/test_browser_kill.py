@@ -2,7 +2,7 @@
 
 The victim is killed by pid alone (not its process group: Playwright puts Chromium in a group
 of its own anyway). Every descendant it had must be gone within seconds, also when the browser
-was hung (SIGSTOPped) at the time, which only the parent-death signals set by recovery.chromium
+was hung (SIGSTOPped) at the time, which only the parent-death signals set by fetch.chromium
 can ensure; then the next worker commits the task exactly once.
 """
 
@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from recovery import specs
+from recovery.intake import specs
 from recovery.models import Task
 from recovery.sandbox import jsshop
-from tests.browser.browser_fixtures import BROWSER_SPEC, need_chromium
-from tests.direct_fixtures import create_run
-from tests.sandbox_fixtures import sandbox  # noqa: F401 (fixture)
-from tests.worker.engine_procs import (
+from tests.support.browser_provider import BROWSER_SPEC, need_chromium
+from tests.support.direct import create_run
+from tests.support.engine_procs import (
     Procs,
     assert_each_task_done_once,
     log_text,
@@ -86,7 +85,7 @@ def alive(pids) -> list[int]:
 
 @pytest.mark.parametrize("hung", [False, True], ids=["rendering", "browser-hung"])
 def test_a_worker_killed_mid_render_leaves_no_chromium_and_the_task_commits_once(
-    sandbox,  # noqa: F811
+    sandbox,
     procs,
     tmp_path,
     hung,

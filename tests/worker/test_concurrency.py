@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from recovery.models import WorkerHeartbeat
-from tests.factories import make_run, make_tasks
-from tests.worker.engine_procs import Procs, assert_each_task_done_once, log_text, wait_exit
+from tests.support.engine_procs import Procs, assert_each_task_done_once, log_text, wait_exit
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

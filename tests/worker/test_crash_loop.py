@@ -17,8 +17,8 @@ import pytest
 
 from recovery import counters
 from recovery.models import Attempt, Observation, Task
-from tests.factories import make_dataset, make_run, make_tasks
-from tests.worker.engine_procs import Procs, all_terminal, log_text, wait_for
+from tests.support.engine_procs import Procs, all_terminal, log_text, wait_for
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

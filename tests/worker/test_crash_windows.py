@@ -15,8 +15,7 @@ from django.db import connection
 from django_q.models import OrmQ
 
 from recovery.models import Attempt, Observation, Task
-from tests.factories import make_run, make_tasks
-from tests.worker.engine_procs import (
+from tests.support.engine_procs import (
     STALL,
     Procs,
     all_terminal,
@@ -25,6 +24,7 @@ from tests.worker.engine_procs import (
     wait_exit,
     wait_for,
 )
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

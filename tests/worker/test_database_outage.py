@@ -17,12 +17,11 @@ import psycopg
 import pytest
 from django.db import connection
 
-from recovery import acceptance
 from recovery.models import OutboxEvent
-from recovery.processes import Supervisor, manage_py, wait_until
-from tests.acceptance_factories import make_collected_run
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
-from tests.worker.engine_procs import child_env
+from recovery.ops.processes import Supervisor, manage_py, wait_until
+from recovery.quality import acceptance
+from tests.support.acceptance import make_collected_run
+from tests.support.engine_procs import child_env
 
 pytestmark = [
     pytest.mark.worker,
@@ -144,11 +143,11 @@ def committed(run_id: int) -> int:
 
 def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
     postgres_only,
-    make_sandbox,  # noqa: F811
+    make_sandbox,
     tmp_path,
 ):
-    from tests.direct_fixtures import create_run, load_shop
-    from tests.worker.engine_procs import all_terminal, assert_each_task_done_once
+    from tests.support.direct import create_run, load_shop
+    from tests.support.engine_procs import all_terminal, assert_each_task_done_once
 
     pages = 400
     shop = make_sandbox(pages=pages, faults="none", seed=3)
@@ -209,11 +208,11 @@ def test_two_work_processes_ride_out_an_outage_and_finish_the_run_exactly_once(
 
 def test_qcluster_and_dispatch_ride_out_an_outage_and_finish_the_run_exactly_once(
     postgres_only,
-    make_sandbox,  # noqa: F811
+    make_sandbox,
     tmp_path,
 ):
-    from tests.direct_fixtures import create_run, load_shop
-    from tests.worker.engine_procs import all_terminal, assert_each_task_done_once
+    from tests.support.direct import create_run, load_shop
+    from tests.support.engine_procs import all_terminal, assert_each_task_done_once
 
     pages = 400
     shop = make_sandbox(pages=pages, faults="none", seed=4)
@@ -265,8 +264,8 @@ def status_of(url: str) -> int:
 def test_readyz_is_503_during_an_outage_and_200_after_while_healthz_stays_200(
     postgres_only, tmp_path
 ):
-    from recovery import demo
-    from recovery.processes import free_port, http_ok
+    from recovery.ops.processes import free_port, http_ok
+    from recovery.showroom import demo
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"

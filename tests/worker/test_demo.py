@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from recovery.processes import free_port, manage_py, wait_until
+from recovery.ops.processes import free_port, manage_py, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from recovery.processes import free_port, manage_py
+from recovery.ops.processes import free_port, manage_py
 
 pytestmark = [pytest.mark.worker]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.processes import free_port, wait_until
+from recovery.ops.processes import free_port, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow]
 

@@ -12,9 +12,8 @@ from collections import Counter
 import pytest
 
 from recovery.models import Attempt, Observation, Task
-from tests.direct_fixtures import create_run, load_shop
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
-from tests.worker.engine_procs import Procs, all_terminal, log_text, wait_exit
+from tests.support.direct import create_run, load_shop
+from tests.support.engine_procs import Procs, all_terminal, log_text, wait_exit
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +30,7 @@ def procs(tmp_path):
 
 
 def test_a_mixed_run_of_1000_pages_ends_terminal_with_the_expected_observations(
-    make_sandbox,  # noqa: F811
+    make_sandbox,
     procs,
     tmp_path,
 ):
@@ -82,13 +81,13 @@ def test_a_mixed_run_of_1000_pages_ends_terminal_with_the_expected_observations(
 
 
 def test_the_direct_provider_runs_inside_the_django_q2_cluster(
-    make_sandbox,  # noqa: F811
+    make_sandbox,
     procs,
     tmp_path,
 ):
     from django_q.models import OrmQ
 
-    from tests.worker.engine_procs import wait_for
+    from tests.support.engine_procs import wait_for
 
     shop = make_sandbox(pages=300, faults="mixed", seed=3, retry_after_seconds=1)
     summary = shop.summary()

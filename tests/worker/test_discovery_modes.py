@@ -16,9 +16,8 @@ from django.db.models import Count
 
 from recovery.models import Attempt, Observation, Task
 from recovery.sandbox.site import CATEGORIES, product_for, sku_for
-from tests.direct_fixtures import create_run, load_shop
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
-from tests.worker.engine_procs import Procs, all_terminal, log_text, wait_exit
+from tests.support.direct import create_run, load_shop
+from tests.support.engine_procs import Procs, all_terminal, log_text, wait_exit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -81,7 +80,7 @@ def assert_no_duplicates(run, n_products: int) -> None:
     assert len(committed) == tasks.count() and set(committed.values()) == {1}
 
 
-def test_fixed_inventory_resumes_the_unfinished_keys(make_sandbox, procs, tmp_path):  # noqa: F811
+def test_fixed_inventory_resumes_the_unfinished_keys(make_sandbox, procs, tmp_path):
     shop = make_sandbox(pages=40, faults="none")
     load_shop("fixed")
     run = create_run("fixed", [(shop.product_url(i), "product") for i in range(1, 41)], tmp_path)
@@ -90,7 +89,7 @@ def test_fixed_inventory_resumes_the_unfinished_keys(make_sandbox, procs, tmp_pa
     assert_no_duplicates(run, 40)
 
 
-def test_cursor_pagination_resumes_from_the_last_accepted_page(make_sandbox, procs, tmp_path):  # noqa: F811
+def test_cursor_pagination_resumes_from_the_last_accepted_page(make_sandbox, procs, tmp_path):
     shop = make_sandbox(pages=60, faults="none", listing_limit=10)
     load_shop("cursor")
     run = create_run("cursor", [(shop.url("/listing"), "listing")], tmp_path)
@@ -118,7 +117,7 @@ def test_cursor_pagination_resumes_from_the_last_accepted_page(make_sandbox, pro
     }
 
 
-def test_link_discovery_persists_children_with_the_parent(make_sandbox, procs, tmp_path):  # noqa: F811
+def test_link_discovery_persists_children_with_the_parent(make_sandbox, procs, tmp_path):
     shop = make_sandbox(pages=50, faults="none")
     load_shop("links")
     run = create_run("links", [(shop.url("/categories"), "categories")], tmp_path)
@@ -135,7 +134,7 @@ def test_link_discovery_persists_children_with_the_parent(make_sandbox, procs, t
     assert all(t.parent_id in {c.pk for c in categories} for t in products)
 
 
-def test_offset_pagination_is_navigation_only(make_sandbox, procs, tmp_path):  # noqa: F811
+def test_offset_pagination_is_navigation_only(make_sandbox, procs, tmp_path):
     # The listing shifts while we walk it (an item is inserted at the front every 3 offset
     # requests), as real listings do: items repeat across pages, but each entity is one task
     # and one observation, and the final inventory holds every original product.

@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from recovery.models import Task
-from tests.factories import make_dataset, make_run, make_tasks
-from tests.worker.engine_procs import Procs, log_text, wait_exit, wait_for
+from tests.support.engine_procs import Procs, log_text, wait_exit, wait_for
+from tests.support.factories import make_dataset, make_run, make_tasks
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -42,4 +42,7 @@ def test_a_stop_signal_finishes_the_current_batch_and_starts_no_other(sig, procs
     assert wait_exit(proc, 90, "the worker") == 0, log_text(proc)
     states = sorted(Task.objects.filter(run=run).values_list("state", flat=True))
     assert states == ["committed"] * 3 + ["pending"] * 3
-    assert "1 batches, 3 tasks claimed, 3 committed" in log_text(proc)
+    assert (
+        "1 batches, 3 claims, 3 attempts (0 to retry), 0 lost leases; tasks ended: 3 committed"
+        in log_text(proc)
+    )

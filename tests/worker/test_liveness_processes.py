@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 
 from recovery.models import WorkerHeartbeat
-from tests.browser.world import make_user
-from tests.worker.engine_procs import Procs, log_text, wait_for
+from tests.support.engine_procs import Procs, log_text, wait_for
+from tests.support.world import make_user
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from recovery import acceptance
 from recovery.models import OutboxEvent, Run
+from recovery.quality import acceptance
 from recovery.sandbox.destination import STATE_KEY, make_app
 from recovery.sandbox.runner import start_in_thread
-from recovery.states.run import RunState
-from tests.acceptance_factories import make_collected_run
+from recovery.states.choices import RunState
+from tests.support.acceptance import make_collected_run
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -128,7 +128,7 @@ def test_sender_killed_after_an_uncertain_write_is_looked_up_not_resent(settings
 def test_production_path_the_dispatcher_and_a_qcluster_deliver_after_the_crash(tmp_path):
     """No wake-up was ever sent (the process died first): the dispatcher's tick sees the due
     event and wakes a django-q2 worker, which delivers it once."""
-    from tests.worker.engine_procs import Procs, wait_for
+    from tests.support.engine_procs import Procs, wait_for
 
     run = candidate()
     drop = tmp_path / "drop"

@@ -1,4 +1,4 @@
-"""recovery.processes: children in their own groups, stopped cleanly, stragglers killed."""
+"""recovery.ops.processes: children in their own groups, stopped cleanly, stragglers killed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from recovery.processes import Supervisor, wait_until
+from recovery.ops.processes import Supervisor, wait_until
 
 pytestmark = pytest.mark.worker
 

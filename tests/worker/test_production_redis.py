@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from recovery.models import Attempt, Observation, Run, Task
-from recovery.processes import Supervisor, free_port, http_ok, manage_py, wait_until
-from tests.worker.engine_procs import child_env
+from recovery.ops.processes import Supervisor, free_port, http_ok, manage_py, wait_until
+from tests.support.engine_procs import child_env
 
 pytestmark = [
     pytest.mark.worker,
@@ -51,7 +51,8 @@ def test_it_accepts_5000_pages_on_redis_workers_while_one_cluster_is_killed(
 ):
     import redis
 
-    from recovery import counters, manifests, specs
+    from recovery import counters
+    from recovery.intake import manifests, specs
     from recovery.sandbox import server
 
     cluster_name = f"salvage-prod-{uuid.uuid4().hex[:8]}"  # its own Redis list

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.processes import free_port
+from recovery.ops.processes import free_port
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow]
 
@@ -31,9 +31,11 @@ MARKER = re.compile(r"<!-- walkthrough: (\S+) [^\n]*-->\n```sh\n(.*?)```\n", re.
 # sha256 of each block's text; update after changing a walkthrough and running these tests.
 WALKTHROUGH_SHA256 = {
     "examples": "f80831d7818b0f4f2701d0656353cbad3dc1b12320d9db968a78ba6dc00f83b2",
+    "schedules": "542742637e340dd4a2943c9c6d6d8956b0aee84de3f7a1bdf26150e42535f83c",
+    "browser": "fa85e6714eb6d3a1cb63c8152fbc4935e1f87e36501bbc9ef8ce1f4d20aa5dca",
     "sandbox": "d81872ca734519549337dc1e04d21faad9f7f3cd7f2da37d9b43b908fa79a3f0",
     "remote": "5f5e680ddddb0db7c401443d05e6588cec1a37f1caaefbbdbcc7453a5b91b296",
-    "production": "df54fd1774fe9b70fd9d53561c4dd0931572fca2e7c09b88852923c3ba377dc4",
+    "production": "a4c64d96793dd3d4ac2348d15adb7f86f04a5b1629b67d18a52e334f12e2b073",
 }
 
 
@@ -87,9 +89,17 @@ def run_walkthrough(name: str, tmp_path: Path, **env: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("name", ["examples", "sandbox", "remote"])
+@pytest.mark.parametrize("name", ["examples", "schedules", "sandbox", "remote"])
 def test_the_walkthrough_runs_as_written(name, tmp_path):
     run_walkthrough(name, tmp_path)
+
+
+@pytest.mark.browser
+def test_the_browser_walkthrough_runs_as_written(tmp_path):
+    from tests.support.browser_provider import need_chromium
+
+    need_chromium()
+    run_walkthrough("browser", tmp_path)
 
 
 def test_the_production_walkthrough_runs_as_written_on_postgresql(tmp_path):

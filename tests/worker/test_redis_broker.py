@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from tests.factories import make_run, make_tasks
-from tests.worker.engine_procs import (
+from tests.support.engine_procs import (
     STALL,
     Procs,
     all_terminal,
@@ -16,6 +15,7 @@ from tests.worker.engine_procs import (
     log_text,
     wait_for,
 )
+from tests.support.factories import make_run, make_tasks
 
 pytestmark = [
     pytest.mark.worker,

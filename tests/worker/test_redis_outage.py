@@ -1,5 +1,5 @@
 """With Redis as django-q2's broker, qcluster and dispatch ride out a Redis restart and give up
-past the limit, like a database outage (recovery.outage, recovery.qcluster_outage).
+past the limit, like a database outage (recovery.ops.outage, recovery.ops.qcluster_outage).
 
 The Redis is the test's own (tests/worker/outage_servers.py): a redis-server on its own port,
 stopped and started again by the test; the shared one on 6379 is never touched.
@@ -12,9 +12,9 @@ import time
 import pytest
 
 from recovery.models import Task
-from recovery.processes import Supervisor, manage_py, wait_until
-from tests.factories import make_run, make_tasks
-from tests.worker.engine_procs import all_terminal, assert_each_task_done_once, child_env
+from recovery.ops.processes import Supervisor, manage_py, wait_until
+from tests.support.engine_procs import all_terminal, assert_each_task_done_once, child_env
+from tests.support.factories import make_run, make_tasks
 from tests.worker.outage_servers import PrivateRedis, private_redis
 
 pytestmark = [

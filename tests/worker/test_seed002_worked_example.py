@@ -20,11 +20,13 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from recovery import acceptance, exports, reruns, row_states
+from recovery.delivery import exports
 from recovery.models import Attempt, Observation, RecoveryBatch, Run, RunPartition
+from recovery.quality import acceptance, reruns
 from recovery.sandbox import server, site
 from recovery.sandbox.runner import start_in_thread
-from recovery.states.run import RunState
+from recovery.states import row_states
+from recovery.states.choices import RunState
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

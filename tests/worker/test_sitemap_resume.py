@@ -18,13 +18,12 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from recovery import sitemaps
+from recovery.fetch import sitemaps
 from recovery.models import Attempt, Task
 from recovery.sandbox import robots as sandbox_robots
 from recovery.sandbox import sitemaps as sandbox_sitemaps
-from tests.direct_fixtures import create_run, load_shop
-from tests.sandbox_fixtures import make_sandbox  # noqa: F401 (fixture)
-from tests.worker.engine_procs import Procs, log_text, wait_exit, wait_for
+from tests.support.direct import create_run, load_shop
+from tests.support.engine_procs import Procs, log_text, wait_exit, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -39,7 +38,7 @@ def procs(tmp_path):
 
 
 def test_a_killed_discovery_resumes_without_fetching_finished_files_again(
-    make_sandbox,  # noqa: F811
+    make_sandbox,
     procs,
     tmp_path,
 ):

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery import demo
 from recovery.models import WebhookReceipt
-from recovery.processes import Supervisor, free_port, http_ok, wait_until
-from tests.worker.engine_procs import ROOT, child_env
+from recovery.ops.processes import Supervisor, free_port, http_ok, wait_until
+from recovery.showroom import demo
+from tests.support.engine_procs import ROOT, child_env
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -56,7 +56,10 @@ def hit_every_secret_path(base: str) -> None:
 def run_web(argv: list[str], tmp_path: Path, name: str, files: tuple[Path, ...] = ()) -> str:
     port = free_port()
     argv = [*argv]
-    argv[argv.index("--bind") + 1] = f"127.0.0.1:{port}"
+    if "--bind" in argv:
+        argv[argv.index("--bind") + 1] = f"127.0.0.1:{port}"
+    else:  # the documented command binds $PORT (deploy/gunicorn.conf.py)
+        argv += ["--bind", f"127.0.0.1:{port}"]
     env = child_env(WEBSCRAPER_WEBHOOK_SECRET=HOOK_SECRET, WEBSCRAPER_API_TOKEN=API_TOKEN)
     logs = tmp_path / name
     with Supervisor(grace=20, log_dir=logs) as supervisor:

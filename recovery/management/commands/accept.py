@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from recovery.management.commands._accept_cli import RunMoveCommand
+from recovery.models import Run
+from recovery.quality import acceptance
 
-from recovery import acceptance
-from recovery.management.commands._accept_cli import actor, find_run, refuse
 
-
-class Command(BaseCommand):
+class Command(RunMoveCommand):
     help = "Accept a candidate run whose validation rules pass."
+    done = "accepted"
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("run", help="run id or dataset@window")
-        parser.add_argument("--actor", help="name recorded in the audit log (default: cli:<user>)")
-
-    def handle(self, *args, **options) -> None:
-        run = find_run(options["run"])
-        try:
-            run = acceptance.accept_run(run.pk, actor(options["actor"]))
-        except acceptance.AcceptanceError as exc:
-            raise refuse(exc) from None
-        self.stdout.write(f"run {run.pk} accepted")
+    def move(self, run_id: int, actor: str) -> Run:
+        return acceptance.accept_run(run_id, actor)

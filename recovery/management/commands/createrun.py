@@ -1,7 +1,7 @@
 """manage.py createrun DATASET --window W --manifest FILE: freeze a manifest into a run.
 
 A dataset whose spec has a `sitemap` also gets its sitemap file as a task (and may omit
---manifest): its URLs become tasks as workers read it (recovery.sitemaps).
+--manifest): its URLs become tasks as workers read it (recovery.fetch.sitemaps).
 
 The last line printed is the run id alone, so scripts can take it with `tail -n 1`.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import manifests
-from recovery.progress import Progress
+from recovery.intake import manifests
+from recovery.management.commands._accept_cli import actor
+from recovery.ops.progress import Progress
 
 
 class Command(BaseCommand):
@@ -33,6 +34,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scraper-version", default=None, help="override the spec's scraper_version"
         )
+        parser.add_argument("--actor", help="name recorded in the audit log (default: cli:<user>)")
 
     def handle(self, *args, **options) -> None:
         # A bar on a terminal, a log line every few seconds otherwise, on stderr (stdout's last
@@ -51,6 +53,7 @@ class Command(BaseCommand):
                 options["manifest"],
                 add=options["add"],
                 scraper_version=options["scraper_version"],
+                actor=actor(options["actor"]),
                 on_progress=on_progress,
             )
         except manifests.ManifestError as exc:

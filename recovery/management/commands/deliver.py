@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, outage, outbox, stopping
+from recovery.delivery import outbox
+from recovery.ops import liveness, logs, outage, stopping
+
+log = logging.getLogger("recovery.delivery")
 
 
 class Command(BaseCommand):
@@ -28,12 +32,15 @@ class Command(BaseCommand):
             raise CommandError("--limit must be at least 1", returncode=2)
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive", returncode=2)
+        logs.set_process("deliver")
         stop = threading.Event()
 
         # SIGTERM/SIGINT: the current delivery finishes, then the loop exits 0
         stopping.stop_on_signals(stop)
         total = 0
         heartbeat = liveness.start(liveness.WorkerKind.DELIVER)
+        worker = heartbeat.worker_id
+        logs.event(log, "worker_started", "deliver %s started", worker, worker=worker)
         # A database restart is waited out (one log line each way); past the limit, one line.
         guard = outage.OutageGuard("deliver", stop=stop)
         try:
@@ -48,7 +55,9 @@ class Command(BaseCommand):
                     break
                 stop.wait(options["interval"])
         except outage.DatabaseOutage as exc:
-            raise CommandError(str(exc), returncode=1) from None
+            raise logs.gave_up(str(exc), log, worker=worker) from None
         finally:
             heartbeat.stop()
-        self.stdout.write(f"deliver: {total} delivery attempts")
+        logs.stopped(
+            self.stdout, f"deliver: {total} delivery attempts", log, worker=worker, attempts=total
+        )

@@ -4,7 +4,7 @@ Migrates the SQLite database under the data directory, creates the demo users, s
 sandbox shop, loads a demo dataset and run (skipped when they exist: a second demo continues
 where the first stopped), then starts the dispatcher, a django-q2 cluster and gunicorn (the
 dashboard, static files by whitenoise) and prints the URL and the logins. The logic lives in
-recovery.demo; this module only parses options.
+recovery.showroom.demo; this module only parses options.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import demo
+from recovery.showroom import demo
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """manage.py drill [--tasks N] [--kills K] [--seed S] [--json]: seed 002's recovery drill.
 
-Runs on a scratch database with its own sandbox and real worker processes (recovery.drill).
+Runs on a scratch database with its own sandbox and real worker processes (recovery.showroom.drill).
 Exit code 0 only if every property holds; 1 if any fails; 2 on bad input.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import drill
+from recovery.showroom import drill
 
 
 class Command(BaseCommand):
@@ -72,26 +72,6 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(report))
         else:
-            self.stdout.write(format_report(report))
+            self.stdout.write(drill.format_report(report))
         if not drill.report_ok(report):
             raise CommandError("the drill found a broken property", returncode=1)
-
-
-def format_report(report: dict) -> str:
-    lines = [
-        f"drill: {report['tasks']} tasks, {report['kills']} kills, "
-        f"{report.get('seconds', '?')} s on {report.get('database', '?')}",
-        f"  lost {report['lost']}, duplicate observations {report['duplicate_observations']}, "
-        f"untraceable attempts {report['untraceable_attempts']}, "
-        f"stale writes accepted {report['stale_writes_accepted']}, "
-        f"unexpected final states {report.get('unexpected_final_states', '?')}",
-    ]
-    for name, figures in report["properties"].items():
-        mark = "ok  " if figures.get("ok") else "FAIL"
-        detail = ", ".join(f"{k}={v}" for k, v in figures.items() if k != "ok")
-        lines.append(f"  {mark} {name}: {detail}")
-    for name, figures in report.get("scenarios", {}).items():
-        if isinstance(figures, dict) and "ok" in figures:
-            mark = "ok  " if figures.get("ok") else "FAIL"
-            lines.append(f"  {mark} scenario {name}")
-    return "\n".join(lines)

@@ -1,7 +1,8 @@
-"""manage.py export RUN --format csv|jsonl [--output FILE]: stream accepted observations.
+"""manage.py export RUN --format csv|jsonl|parquet [--output FILE]: stream accepted observations.
 
 RUN is a run id, dataset@window, or a dataset name (its current accepted/published run).
-With --output the file appears whole or not at all (temporary file, then rename).
+With --output the file appears whole or not at all (temporary file, then rename). Parquet is
+binary: it goes to --output or to a binary standard output, never to a text stream.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import exports, progress, status
+from recovery.delivery import exports, latest
 from recovery.management.commands._accept_cli import refuse
+from recovery.ops import progress
+from recovery.quality import status
 
 
 class Command(BaseCommand):
-    help = "Export a run's accepted observations as CSV or JSONL."
+    help = "Export a run's accepted observations as CSV, JSONL or Parquet."
     # No system checks: they import every URLconf and view (about half the start-up), and an
     # export of a few rows should not wait for them. `manage.py check` runs them.
     requires_system_checks: list[str] = []
@@ -26,8 +29,16 @@ class Command(BaseCommand):
         parser.add_argument("run", help="run id, dataset@window, or dataset name (current run)")
         parser.add_argument("--format", choices=exports.FORMATS, default="csv")
         parser.add_argument("--output", help="file to write (default: standard output)")
+        parser.add_argument(
+            "--latest",
+            action="store_true",
+            help="RUN names a dataset: each entity's latest published value, across windows "
+            "(csv or jsonl)",
+        )
 
     def handle(self, *args, **options) -> None:
+        if options["latest"]:
+            return self._latest(options["run"], options["format"], options["output"])
         ref = options["run"]
         try:
             run = status.find_run(ref)
@@ -43,12 +54,29 @@ class Command(BaseCommand):
         # decoding and re-encoding of every chunk. A text-only stdout (call_command's StringIO)
         # gets the text stream.
         binary = getattr(self.stdout._out, "buffer", None)
+        fmt = options["format"]
+        if fmt not in exports.TEXT_FORMATS and not output and binary is None:
+            raise CommandError(
+                f"--format {fmt} is binary: give --output FILE or redirect standard output",
+                returncode=2,
+            )
         make = exports.stream if not output and binary is None else exports.stream_bytes
         try:
-            chunks = make(run.pk, options["format"])
+            chunks = make(run.pk, fmt)
         except exports.ExportError as exc:
             raise refuse(exc) from None
-        chunks = progress.counted(chunks, f"export run {run.pk}", unit="rows", count=_lines)
+        label = f"export run {run.pk}"
+        if fmt in exports.TEXT_FORMATS:
+            counted = progress.counted(chunks, label, unit="rows", count=_lines)
+        else:
+            counted = progress.counted(chunks, label, unit="bytes", count=len)
+        try:
+            self._write(run.pk, counted, output, binary)
+        except exports.ExportError as exc:
+            # A value that does not fit its typed column, found mid-stream (Parquet).
+            raise CommandError(f"run {run.pk}: {exc}", returncode=1) from None
+
+    def _write(self, run_pk: int, chunks, output: str | None, binary) -> None:
         if not output:
             if binary is None:
                 for chunk in chunks:
@@ -66,7 +94,7 @@ class Command(BaseCommand):
             with open(target, "wb") as handle:
                 for chunk in chunks:
                     handle.write(chunk)
-            self.stdout.write(f"run {run.pk}: wrote {target}")
+            self.stdout.write(f"run {run_pk}: wrote {target}")
             return
         if not target.parent.is_dir():
             raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
@@ -81,7 +109,34 @@ class Command(BaseCommand):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.stdout.write(f"run {run.pk}: wrote {target} ({size} bytes)")
+        self.stdout.write(f"run {run_pk}: wrote {target} ({size} bytes)")
+
+    def _latest(self, dataset: str, fmt: str, output: str | None) -> None:
+        """The current-state view (recovery.delivery.latest), to standard output or whole to
+        --output (a temporary file renamed)."""
+        try:
+            chunks = latest.stream(dataset, fmt)
+        except latest.LatestError as exc:
+            raise CommandError(f"--latest: {exc}", returncode=2) from None
+        chunks = progress.counted(chunks, f"export {dataset} latest", unit="rows", count=_lines)
+        if not output:
+            for chunk in chunks:
+                self.stdout.write(chunk, ending="")
+            self.stdout.flush()
+            return
+        target = Path(output).resolve()
+        if not target.parent.is_dir():
+            raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.stdout.write(f"dataset {dataset} latest: wrote {target}")
 
 
 def _lines(chunk: str | bytes) -> int:

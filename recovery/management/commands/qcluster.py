@@ -3,26 +3,37 @@
 It replaces django-q2's own command of the same name (recovery comes before django_q in
 INSTALLED_APPS) and behaves the same, except that this process stays in the foreground until
 its sentinel exits, beating meanwhile, instead of waiting in interpreter shutdown. Each
-django-q2 worker process beats on its own (recovery.liveness.on_qcluster_worker_spawn).
+django-q2 worker process beats on its own (recovery.ops.liveness.on_qcluster_worker_spawn).
 
 While it waits, it probes the database (and the Redis broker, when that is the broker) through
 an OutageGuard: one line when either goes away, one when it is back, and past
 SALVAGE_DB_OUTAGE_LIMIT the cluster is stopped and the command exits 1 with one line, like
 `work`, `dispatch` and `deliver`. The cluster's own processes meanwhile wait quietly
-(recovery.qcluster_outage).
+(recovery.ops.qcluster_outage).
+
+If the sentinel exits without being asked (killed, or a fault in django-q2), the command
+exits 1 with one line, so a supervisor restarting on failure starts a new cluster.
+
+SIGTERM or SIGINT, to this process alone or to its whole process group, drains the cluster:
+each worker finishes the wake-up in hand and starts no other, then the command exits 0. The
+cluster's own processes ignore the signal and leave the stop to this one
+(recovery.ops.qcluster_stopping).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from django.conf import settings
-from django.core.management.base import CommandError
-from django_q.cluster import Cluster
+from django_q.conf import Conf
 from django_q.management.commands.qcluster import Command as DjangoQCommand
 
-from recovery import liveness, outage, stopping
+from recovery.ops import liveness, logs, outage, stopping
+from recovery.ops.qcluster_stopping import Cluster
+
+log = logging.getLogger("recovery.tasks")
 
 # How often the command looks at its sentinel and probes the database and broker.
 WATCH_SECONDS = 0.5
@@ -38,47 +49,56 @@ def probe() -> None:
 class Command(DjangoQCommand):
     def handle(self, *args, **options) -> None:
         settings.SECRET_KEY  # noqa: B018 (django-q2 signs tasks: refuse to start without it)
+        logs.set_process("qcluster")  # before the cluster forks: its processes keep the name
         if options.get("cluster_name"):  # multi-queue: the cluster name is its queue's name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
+        stop = threading.Event()
+        # SIGTERM/SIGINT, to this process or its whole group: ends a backoff wait at once; the
+        # cluster is drained below, not in the handler. Installed before the cluster starts,
+        # which keeps it (a signal during start-up stops the cluster once it runs).
+        stopping.stop_on_signals(stop)
         cluster = Cluster()
         cluster.start()  # forks the sentinel first: no heartbeat thread exists to be forked
         if options.get("run_once"):
             cluster.stop()
             return
-        stop = threading.Event()
-
-        # SIGTERM/SIGINT: ends a backoff wait at once; the cluster is stopped below, not here
-        stopping.stop_on_signals(stop)
         guard = outage.OutageGuard("qcluster", stop=stop)
         heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER)
+        worker = heartbeat.worker_id
+        logs.event(log, "worker_started", "qcluster %s started", worker, worker=worker)
         try:
             while cluster.sentinel.is_alive() and not stop.is_set():
                 guard.step(probe)
                 stop.wait(WATCH_SECONDS)
         except outage.DatabaseOutage as exc:
-            stop_cluster(cluster)
-            raise CommandError(str(exc), returncode=1) from None
+            stop_cluster(cluster, STOP_GRACE_SECONDS)
+            raise logs.gave_up(str(exc), log, worker=worker) from None
         else:
-            stop_cluster(cluster)
+            # A worker may be inside a wake-up for up to django-q2's timeout.
+            stop_cluster(cluster, (Conf.TIMEOUT or 0) + STOP_GRACE_SECONDS)
         finally:
             heartbeat.stop()
+        if not stop.is_set():
+            # Nobody asked: exit 1, so a supervisor that restarts on failure (the systemd
+            # units' Restart=on-failure) starts a new cluster; exit 0 left none running.
+            raise logs.gave_up(sentinel_gone(cluster), log, worker=worker)
+        logs.event(log, "worker_stopped", "qcluster %s stopped", worker, worker=worker)
 
 
-def stop_cluster(cluster: Cluster) -> None:
-    """Stop the sentinel (it stops its pusher, workers and monitor) and wait for it; SIGKILL it
-    if it has not stopped within STOP_GRACE_SECONDS (a worker stuck on a dead connection).
+def sentinel_gone(cluster: Cluster) -> str:
+    return (
+        f"qcluster: the cluster's sentinel exited by itself (exit code "
+        f"{cluster.sentinel.exitcode}); exiting"
+    )
 
-    A SIGTERM sent to the whole process group (a supervisor, Ctrl-C's SIGINT aside) has already
-    killed the sentinel, which keeps SIGTERM's default action, and it may have died holding the
-    lock of the stop event it shares with us: setting that event (what django-q2's own handler
-    does) then blocks for ever. So a dead sentinel is left alone, and a live one is told from
-    a thread that cannot hold us up."""
+
+def stop_cluster(cluster: Cluster, grace: float) -> None:
+    """Drain the cluster (its workers finish the wake-up in hand and take no other) and wait
+    for its sentinel; SIGKILL the sentinel if it has not stopped within `grace` seconds (a
+    worker stuck on a dead connection during an outage)."""
     sentinel = cluster.sentinel
-    sentinel.join(0.5)  # a group SIGTERM reaches it at the same time as us
-    if not sentinel.is_alive():
-        return
-    threading.Thread(target=cluster.stop_event.set, daemon=True).start()
-    sentinel.join(STOP_GRACE_SECONDS)
+    cluster.request_stop()
+    sentinel.join(grace)
     if sentinel.is_alive():
         sentinel.kill()
         sentinel.join(5)

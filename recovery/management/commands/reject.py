@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from recovery import acceptance
 from recovery.management.commands._accept_cli import actor, find_run, refuse
+from recovery.quality import acceptance
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import status
+from recovery.quality import status
 
 
 class Command(BaseCommand):

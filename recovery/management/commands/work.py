@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from recovery import liveness, outage, progress, stopping, worker
+from recovery import worker
+from recovery.leases import crashes
+from recovery.ops import liveness, logs, outage, progress, stopping
 from recovery.providers import known
+
+log = logging.getLogger("recovery.worker")
 
 
 class Command(BaseCommand):
@@ -39,6 +44,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--{name} must be at least 1", returncode=2)
         if options["idle_wait"] is not None and options["idle_wait"] < 0:
             raise CommandError("--idle-wait must not be negative", returncode=2)
+        logs.set_process("work")
         # The providers imported, then frozen with the rest: what is loaded by now lives as long
         # as the process, and out of the collector's way its full collections stop re-walking
         # it (~5% of a worker's instructions by callgrind; CPU per page x0.93 in the scrape bench).
@@ -49,13 +55,20 @@ class Command(BaseCommand):
         # SIGTERM/SIGINT: the current step (claim, execute, commit) finishes, then the loop exits 0
         stopping.stop_on_signals(stop)
         worker_id = options["worker_id"] or liveness.new_worker_id()
-        watch = progress.watch_worker(worker_id)  # committed tasks and rate: a bar on a terminal
+        stats = worker.LoopStats()
+        watch = progress.watch_worker(worker_id, stats)  # tasks committed: a bar on a terminal
         heartbeat = liveness.start(liveness.WorkerKind.WORK, worker_id)  # idle or busy
+        logs.event(log, "worker_started", "work %s started", worker_id, worker=worker_id)
         # A database restart ends the loop with a connection error: wait it out (one log line
         # each way, capped backoff) and run the loop again; the step that failed was rolled
-        # back and its leases expire as usual. Past SALVAGE_DB_OUTAGE_LIMIT: exit 1, one line.
-        guard = outage.OutageGuard("work", stop=stop)
-        stats = worker.LoopStats()
+        # back. Past SALVAGE_DB_OUTAGE_LIMIT: exit 1, one line. Once the database answers,
+        # the leases this worker still holds are given back, and takeovers of its leases
+        # meanwhile pardoned: an outage is no crash (recovery.leases.crashes.pardon_outage).
+        guard = outage.OutageGuard(
+            "work",
+            stop=stop,
+            on_back=lambda noticed_at: crashes.pardon_outage(worker_id, noticed_at),
+        )
         try:
             while not stop.is_set():
                 part = guard.step(
@@ -73,10 +86,8 @@ class Command(BaseCommand):
                 if part is not None:
                     break
         except outage.DatabaseOutage as exc:
-            raise CommandError(str(exc), returncode=1) from None
+            raise logs.gave_up(str(exc), log, worker=worker_id) from None
         finally:
             heartbeat.stop()
-        self.stdout.write(
-            f"worker {worker_id}: {stats.batches} batches, {stats.tasks} tasks claimed, "
-            f"{stats.committed} committed, {stats.lost} lost leases"
-        )
+            watch.close()
+        logs.stopped(self.stdout, f"worker {worker_id}: {stats.summary()}", log, worker=worker_id)

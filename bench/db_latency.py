@@ -1,0 +1,206 @@
+"""Workers on other machines: `manage.py work` throughput with PostgreSQL a network hop away.
+
+The same sandbox run is collected by N `work --until-idle` processes talking to PostgreSQL
+directly, and through bench/latency_proxy.py on loopback with 0 ms (the proxy's own cost),
+1 ms and 10 ms added each way. For each worker setting (the default: batches of 50,
+pipelined commits; others with --settings) the JSON line gives pages/s per side and the
+ratio of each side to direct, paired repetition by repetition (the sides rotate: ABCD, BCDA,
+...), with the median, min and max; the measured round trip of `SELECT 1` per side; and the
+load-average verdict (bench/loadwatch.py). A benchmark, not a test: nothing here asserts a
+speed (tests/bench_smoke/test_db_latency.py runs it at a tiny size).
+
+    .venv/bin/python bench/db_latency.py --pages 3000 --workers 2 --reps 2 \\
+        --settings default,batch=200,pipeline=0 --save
+
+`--settings`: comma-separated; each is `default` or `+`-joined `batch=N` (work --batch),
+`pipeline=0|1` (SALVAGE_PIPELINE_COMMITS), `concurrency=N` (work --concurrency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import PY, ROOT, SandboxProcess, rotated, scratch_database, server_url
+from latency_proxy import DelayProxy
+from loadwatch import LoadWatch
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def parse_setting(text: str) -> dict[str, str]:
+    if text == "default":
+        return {}
+    setting = {}
+    for part in text.split("+"):
+        key, _, value = part.partition("=")
+        if key not in ("batch", "pipeline", "concurrency") or not value.isdigit():
+            raise SystemExit(f"--settings: {part!r} is not batch=N, pipeline=0|1 or concurrency=N")
+        setting[key] = value
+    return setting
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [PY, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def round_trip_ms(url: str, n: int = 30) -> float:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        start = time.perf_counter()
+        for _ in range(n):
+            conn.execute("SELECT 1").fetchone()
+        return round(1000 * (time.perf_counter() - start) / n, 3)
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def with_port(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+
+
+def collect(env: dict[str, str], url: str, setting: dict[str, str], workers: int, window: str,
+            manifest: Path) -> dict[str, Any]:  # fmt: skip
+    """One run of the manifest by `workers` processes on `url`; pages/s start to last exit."""
+    run_id = manage(env, "createrun", "bench-shop", "--window", window, "--manifest",
+                    str(manifest)).strip().splitlines()[-1]  # fmt: skip
+    cmd = [PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0"]
+    for flag in ("batch", "concurrency"):
+        if flag in setting:
+            cmd += [f"--{flag}", setting[flag]]
+    run_env = {**env, "DATABASE_URL": url}
+    if "pipeline" in setting:
+        run_env["SALVAGE_PIPELINE_COMMITS"] = setting["pipeline"]
+    start = time.perf_counter()
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=run_env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for _ in range(workers)]  # fmt: skip
+    errors = [p.communicate()[1] for p in procs]
+    wall = time.perf_counter() - start
+    for proc, err in zip(procs, errors, strict=True):
+        if proc.returncode != 0:
+            raise RuntimeError(f"work exited {proc.returncode}:\n{err.decode()[-3000:]}")
+    status = json.loads(manage(env, "runstatus", run_id, "--json"))
+    committed = status["tasks"].get("committed", 0)
+    return {"wall_s": round(wall, 3), "committed": committed,
+            "pages_per_s": round(committed / wall, 1)}  # fmt: skip
+
+
+def summarise(name: str, reps: list[dict[str, dict]], sides: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"setting": name, "samples": reps}
+    for side in sides:
+        row[f"{side}_pages_per_s"] = statistics.median(r[side]["pages_per_s"] for r in reps)
+        if side != "direct":
+            ratios = [r[side]["pages_per_s"] / r["direct"]["pages_per_s"] for r in reps]
+            row[f"ratio_{side}"] = round(statistics.median(ratios), 3)
+            row[f"ratio_{side}_min"] = round(min(ratios), 3)
+            row[f"ratio_{side}_max"] = round(max(ratios), 3)
+    row["complete"] = all(s["committed"] == reps[0]["direct"]["committed"]
+                          for r in reps for s in r.values())  # fmt: skip
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--delays", default="1,10", help="ms added each way, comma-separated")
+    parser.add_argument("--settings", default="default")
+    parser.add_argument("--save", action="store_true", help="also write bench/results/")
+    args = parser.parse_args()
+    delays = [float(d) for d in args.delays.split(",") if d]
+    settings = {name: parse_setting(name) for name in args.settings.split(",")}
+    sides = ["direct", "proxy_0ms", *(f"proxy_{d:g}ms" for d in delays)]
+
+    watch = LoadWatch(own_processes=args.workers + 2)  # the workers, the sandbox, PostgreSQL
+    workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-latency-"))
+    name = f"salvage_bench_latency_{os.getpid()}"
+    direct_url = scratch_database(name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
+    env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
+               SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
+               DATABASE_URL=direct_url)  # fmt: skip
+    spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
+    sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
+                             str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
+    upstream = urlsplit(direct_url)
+    proxies = {0.0: DelayProxy((upstream.hostname or "127.0.0.1", upstream.port or 5432), 0.0)}
+    proxies.update({d: DelayProxy(proxies[0.0].upstream, d / 1000) for d in delays})
+    rows = []
+    try:
+        manage(env, "migrate", "--noinput", "-v", "0")
+        manage(env, "loaddataset", str(spec))
+        for proxy in proxies.values():
+            proxy.__enter__()
+        urls = {"direct": direct_url, "proxy_0ms": with_port(direct_url, proxies[0.0].port)}
+        urls.update({f"proxy_{d:g}ms": with_port(direct_url, proxies[d].port) for d in delays})
+        rtt = {side: round_trip_ms(url) for side, url in urls.items()}
+        # Warm-up, not counted: the first run of a fresh database and interpreter pays for
+        # caches every later one finds warm.
+        warm = workdir / "warm.csv"
+        warm.write_text("".join(manifest.read_text().splitlines(keepends=True)[:101]))
+        collect(env, direct_url, {}, args.workers, "warm-up", warm)
+        log(f"round trip of SELECT 1 (ms): {rtt}")
+        n = 0
+        for setting_name, setting in settings.items():
+            reps = []
+            for rep in range(args.reps):
+                sample = {}
+                for side in rotated(tuple(sides), rep):
+                    n += 1
+                    sample[side] = collect(env, urls[side], setting, args.workers, f"w{n}",
+                                           manifest)  # fmt: skip
+                    log(f"{setting_name} rep {rep + 1} {side}: {sample[side]}")
+                reps.append(sample)
+            rows.append({**summarise(setting_name, reps, sides), "round_trip_ms": rtt})
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+        sandbox.stop()
+        drop_database(name)
+    summary = {"bench": "db_latency", "pages": args.pages, "workers": args.workers,
+               "delays_ms_each_way": delays, "results": rows, **watch.finish()}  # fmt: skip
+    line = json.dumps(summary)
+    if args.save:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"db-latency-{stamp}.json").write_text(line + "\n")
+    print(line)
+    return 0 if all(row["complete"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
