@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.auth.signals import user_logged_in
 from django.db.models.signals import post_migrate
 
 
@@ -7,7 +8,7 @@ def _sync_roles(sender, using="default", apps=None, **kwargs) -> None:
 
     from dashboard.roles import sync_roles
 
-    # Sent per app that has models; the dashboard has none, so hook the recovery app's signal
+    # Sent per app that has models; hook the recovery app's signal
     # (its permissions exist by then: auth's receiver was connected first), and the consumers
     # app's, whose permission (manage_api_tokens) the admin role holds.
     if sender.label not in ("recovery", "consumers"):
@@ -24,3 +25,6 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Runs after every migrate so a recovery model added later joins the operator role.
         post_migrate.connect(_sync_roles, dispatch_uid="dashboard.sync_roles")
+        from dashboard.viewer_zone import on_login
+
+        user_logged_in.connect(on_login, dispatch_uid="dashboard.viewer_zone")

@@ -6,8 +6,11 @@ beside it on hover (dashboard_tags.when). The database, the logs, exports and th
 UTC: this is how a page reads, not how anything is stored.
 
 Why the session holds the name: the middleware runs on every request, and one more query per
-page for a preference would be paid by every list. The name is read from the row once per
-session (at the first request after log-in) and written to both when it changes.
+page for a preference would be paid by every list. The name is copied from the row into the
+session at log-in (the user_logged_in signal) and written to both when it changes; the
+middleware only reads the session, which the page's login check loads anyway. It never writes
+the session (a write would move its expiry) and never meets an outage itself: a session that
+cannot be read means UTC, and the page then answers the outage's 503.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import zoneinfo
 from collections.abc import Callable
 from functools import cache
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
@@ -46,6 +50,12 @@ def stored(user) -> str:
     return found if found in zone_names() else DEFAULT
 
 
+def on_login(sender, request: HttpRequest | None, user, **kwargs) -> None:
+    """Copies the stored zone into the new session (connected in DashboardConfig.ready)."""
+    if request is not None and hasattr(request, "session"):
+        request.session[SESSION_KEY] = stored(user)
+
+
 def save(request: HttpRequest, name: str) -> None:
     """The user's zone from now on, in this session at once (other sessions: at next log-in)."""
     from dashboard.models import ViewerSettings
@@ -59,18 +69,13 @@ def save(request: HttpRequest, name: str) -> None:
 
 
 class ViewerTimeZoneMiddleware:
-    """Activates the viewer's zone for the request (after AuthenticationMiddleware)."""
+    """Activates the viewer's zone for the request (after SessionMiddleware)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        name = DEFAULT
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            name = request.session.get(SESSION_KEY) or ""
-            if name not in zone_names():
-                name = request.session[SESSION_KEY] = stored(user)
+        name = _session_zone(request)
         if name == DEFAULT:
             timezone.deactivate()
             return self.get_response(request)
@@ -79,3 +84,14 @@ class ViewerTimeZoneMiddleware:
             return self.get_response(request)
         finally:
             timezone.deactivate()
+
+
+def _session_zone(request: HttpRequest) -> str:
+    session = getattr(request, "session", None)
+    if session is None:
+        return DEFAULT
+    try:
+        name = session.get(SESSION_KEY)
+    except DatabaseError:
+        return DEFAULT
+    return name if name in zone_names() else DEFAULT

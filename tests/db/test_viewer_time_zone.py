@@ -74,3 +74,19 @@ def test_every_role_has_the_settings_page_linked_from_the_top_bar(role):
     assert page.status_code == 200
     assert 'id="current-zone">UTC<' in page.content.decode()
     assert f'href="{reverse("dashboard:account_settings")}"' in page.content.decode()
+
+
+def test_reading_a_page_never_writes_the_session_so_its_expiry_stays_put():
+    # A write would move the session's expiry to "now + SESSION_SECONDS" as the page's clock
+    # reads it; the zone is copied into the session at log-in instead (viewer_zone.on_login).
+    from django.contrib.sessions.models import Session
+
+    olivia = make_user("olivia", "operator")
+    ViewerSettings.objects.create(user=olivia, time_zone="Asia/Tokyo")
+    client = logged_in(olivia)
+    (task,) = make_tasks(make_run(), 1)
+    Task.objects.filter(pk=task.pk).update(state_changed_at=CREATED)
+    expiry = Session.objects.get().expire_date
+
+    assert shown(client, task) == "2026-12-07 21:00:00 JST (2026-12-07 12:00:00 UTC)"
+    assert Session.objects.get().expire_date == expiry
