@@ -1,10 +1,14 @@
 """Datasets in the browser: the list, one dataset's spec, history and runs, and the admins'
 uploads (a spec, as `loaddataset`; a manifest that becomes a run, as `createrun`).
 
-An upload runs the command's own engine function (recovery.intake.specs.upload,
-recovery.intake.manifests.create_run), so the checks and the messages are the command line's and
-nothing is written unless everything passed. A refused upload re-renders the page with each
-message beside its field (status 400); a manifest's first bad lines are listed one by one.
+An upload runs the command's own engine functions (recovery.intake.specs.check_bytes and
+save_dataset, recovery.intake.manifests.create_run), so the checks and the messages are the
+command line's and nothing is written unless everything passed. A refused upload re-renders
+the page with each message beside its field (status 400); a manifest's first bad lines are
+listed one by one.
+A spec upload lists every problem the checks found at once; a spec that would replace an
+existing dataset's current one shows the diff against it first and is saved only once the
+admin confirms that very version (a version saved meanwhile shows the diff again).
 
 Permission is checked before the body is read (a forged upload by an operator is refused
 without parsing it); the CSRF check follows once the size-capped upload handler is in place
@@ -12,6 +16,8 @@ without parsing it); the CSRF check follows once the size-capped upload handler 
 """
 
 from __future__ import annotations
+
+import base64
 
 from django.conf import settings
 from django.contrib import messages
@@ -22,7 +28,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import datasetboard, lists, speclines, uploads
+from dashboard import datasetboard, lists, specdiff, speclines, uploads
 from dashboard.forms import ManifestUploadForm, SpecUploadForm
 from recovery.intake import manifests, schedules, specs
 from recovery.models import Dataset
@@ -109,9 +115,15 @@ def _dataset_page(
 @permission_required("recovery.upload_dataset", raise_exception=True)
 def dataset_upload(request: HttpRequest) -> HttpResponse:
     cap = settings.SALVAGE_SPEC_UPLOAD_MAX_BYTES
-    if uploads.declared_too_large(request, cap):
+    # A confirmation carries the file again as base64 (4/3 of its size); a file part is held
+    # to `cap` itself while it streams (uploads.CappedUpload).
+    if uploads.declared_too_large(request, staged_cap(cap)):
         return _refused_spec(request, uploads.too_large_message(cap, "spec"), status=413)
     return _dataset_upload(request, uploads.accept(request, cap))
+
+
+def staged_cap(cap: int) -> int:
+    return -(-cap // 3) * 4
 
 
 @csrf_protect
@@ -121,15 +133,41 @@ def _dataset_upload(request: HttpRequest, handler: uploads.CappedUpload) -> Http
         return _refused_spec(request, uploads.too_large_message(handler.cap, "spec"), 413)
     if not form.is_valid():
         return _datasets_page(request, form, status=400)
-    upload = form.cleaned_data["spec"]
-    data = upload.read()
+    if form.cleaned_data.get("staged"):
+        data, filename = form.cleaned_data["staged_bytes"], form.cleaned_data["staged_name"]
+        if len(data) > handler.cap:
+            return _refused_spec(request, uploads.too_large_message(handler.cap, "spec"), 413)
+    else:
+        upload = form.cleaned_data["spec"]
+        data, filename = upload.read(), upload.name
     try:
-        dataset, outcome = specs.upload(data, upload.name, _actor(request))
+        spec = specs.check_bytes(data, filename)
+        dataset, outcome = specs.save_dataset(
+            spec, actor=_actor(request), replaces=form.cleaned_data.get("replaces") or ""
+        )
     except specs.SpecError as exc:
-        form.add_error("spec", str(exc))
-        return _datasets_page(request, form, _excerpt(data, str(exc)), status=400)
+        for problem in exc.problems:
+            form.add_error("spec", problem)
+        return _datasets_page(request, form, _excerpt(data, exc.problems[0]), status=400)
+    except specs.Unconfirmed as pending:
+        return _spec_diff_page(request, pending.dataset, spec, data, filename, form)
     messages.success(request, f"dataset {dataset.name} {outcome} (spec {dataset.spec_sha256[:12]})")
     return redirect("dashboard:dataset", name=dataset.name)
+
+
+def _spec_diff_page(request, dataset, spec, data: bytes, filename: str, form) -> HttpResponse:
+    """A new version of an existing dataset's spec: the diff first, saved once confirmed."""
+    seen = form.cleaned_data.get("replaces") or ""
+    context = {
+        "dataset": dataset,
+        "filename": filename,
+        "new_sha256": specs.spec_sha256(spec),
+        "diff": specdiff.lines(dataset.spec, spec, dataset.spec_sha256, specs.spec_sha256(spec)),
+        "staged": base64.b64encode(data).decode("ascii"),
+        # The diff was drawn again because another version was saved since the last preview.
+        "moved": bool(seen) and seen != dataset.spec_sha256,
+    }
+    return render(request, "dashboard/dataset_spec_diff.html", context)
 
 
 def _refused_spec(request: HttpRequest, message: str, status: int) -> HttpResponse:

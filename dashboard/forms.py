@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 from django import forms
 
 REASON_MAX = 2000
@@ -84,7 +87,29 @@ class RecoveryBatchForm(forms.Form):
 
 
 class SpecUploadForm(forms.Form):
-    spec = forms.FileField(label="Spec file (.toml or .json)")
+    """A spec file, or the confirmation of a previewed new version (dataset_views): the same
+    bytes again, base64 in a hidden field, with the hash of the version the diff was drawn
+    against."""
+
+    spec = forms.FileField(label="Spec file (.toml or .json)", required=False)
+    staged = forms.CharField(required=False, widget=forms.HiddenInput, strip=False)
+    staged_name = forms.CharField(required=False, max_length=255, widget=forms.HiddenInput)
+    replaces = forms.RegexField(regex=r"^[0-9a-f]{64}$", required=False, widget=forms.HiddenInput)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("staged"):
+            try:
+                data["staged_bytes"] = base64.b64decode(data["staged"], validate=True)
+            except (binascii.Error, ValueError):
+                raise forms.ValidationError(
+                    "the confirmed spec is not valid base64: upload the file again"
+                ) from None
+            if not data.get("staged_name"):
+                self.add_error("staged_name", "required with a confirmed spec")
+        elif not data.get("spec") and "spec" not in self.errors:
+            self.add_error("spec", forms.Field.default_error_messages["required"])
+        return data
 
 
 class ManifestUploadForm(forms.Form):

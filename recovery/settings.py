@@ -417,6 +417,9 @@ SALVAGE_SPEC_UPLOAD_MAX_BYTES = env_int("SALVAGE_SPEC_UPLOAD_MAX_BYTES", 1_000_0
 SALVAGE_MANIFEST_UPLOAD_MAX_BYTES = env_int(
     "SALVAGE_MANIFEST_UPLOAD_MAX_BYTES", 100_000_000, minimum=1024
 )
+# Confirming a new spec version posts the file again as base64 in a form field (4/3 of its
+# size, dashboard.dataset_views), which Django holds to this limit (its default: 2.5 MB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SALVAGE_SPEC_UPLOAD_MAX_BYTES * 4 // 3 + 65_536)
 # When set, /metrics needs "Authorization: Bearer <token>" (Prometheus: bearer_token_file).
 SALVAGE_METRICS_TOKEN = env_str("SALVAGE_METRICS_TOKEN")
 # /metrics' per-run series (salvage_run_*{run,dataset}) cover the N most recent collecting runs:

@@ -17,7 +17,42 @@ INT_MAX = 2_147_483_647
 
 
 class SpecError(ValueError):
-    """A spec that cannot be loaded; the message names the key (e.g. `page_types.product`)."""
+    """A spec that cannot be loaded; the message names the key (e.g. `page_types.product`).
+
+    `problems` holds every problem found (recovery.intake.specs.validate checks each part of a
+    spec on its own, so an upload shows them all at once); the message is them, one a line.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
+
+    @classmethod
+    def of(cls, problems: list[str], prefix: str = "") -> SpecError:
+        named = [f"{prefix}{problem}" for problem in problems]
+        return cls("\n".join(named), named)
+
+
+class Problems:
+    """Collects the SpecError of each independent check instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def check(self, func, *args, **kwargs):
+        """func's value, or None (its problems recorded) when it raises SpecError."""
+        try:
+            return func(*args, **kwargs)
+        except SpecError as exc:
+            self.found.extend(exc.problems)
+            return None
+
+    def add(self, message: str) -> None:
+        self.found.append(message)
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise SpecError.of(self.found)
 
 
 def as_table(value: Any, where: str) -> dict[str, Any]:

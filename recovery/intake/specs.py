@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from recovery.intake import spec_rules, spec_shortfall, spec_sitemap
 from recovery.intake.spec_checks import (
+    Problems,
     SpecError,
     as_bool,
     as_int,
@@ -357,61 +358,134 @@ def _check_provider_options(provider: str, options: dict[str, Any]) -> None:
 
 
 def validate(raw: dict[str, Any]) -> dict[str, Any]:
-    """Check a raw spec and return the normalised spec (defaults filled in)."""
+    """Check a raw spec and return the normalised spec (defaults filled in).
+
+    Each part is checked on its own and every problem is reported at once (SpecError.problems):
+    the top-level settings one by one, each page type, each rule. A check that reads another
+    part (a rule's field, the default page type) reads the names as written, so one broken
+    page type does not also make every rule that names its fields look wrong.
+    """
     as_table(raw, "spec")
-    no_unknown(raw, TOP_KEYS, "")
+    problems = Problems()
+    problems.check(no_unknown, raw, TOP_KEYS, "")
+    name = problems.check(_spec_name, raw)
+    provider = problems.check(_provider, raw)
+    spec: dict[str, Any] = {
+        "name": name,
+        "provider": provider,
+        "scraper_version": problems.check(
+            as_version, raw.get("scraper_version", "1"), "scraper_version"
+        ),
+        "schema_version": problems.check(
+            as_version, raw.get("schema_version", "1"), "schema_version"
+        ),
+        "auto_accept": problems.check(as_bool, raw.get("auto_accept", False), "auto_accept"),
+        "lease_seconds": problems.check(_lease_seconds, raw.get("lease_seconds")),
+        "max_attempts": problems.check(
+            as_int, raw.get("max_attempts", 5), "max_attempts", minimum=1
+        ),
+        "max_elapsed_seconds": problems.check(
+            as_int, raw.get("max_elapsed_seconds", 21600), "max_elapsed_seconds", minimum=1
+        ),
+    }
+    if "description" in raw:
+        spec["description"] = problems.check(
+            as_text, raw["description"], "description", allow_empty=True
+        )
+
+    page_types, complete = _page_types(raw, problems)
+    spec["page_types"] = page_types
+    spec["default_page_type"] = problems.check(_default_page_type, raw)
+    all_fields = {f for pt in page_types.values() for f in pt["fields"]} | _written_fields(raw)
+    spec["entity_key"] = problems.check(_entity_key, raw, all_fields)
+    spec["partition"] = problems.check(_partition, raw)
+    if provider is not None:
+        spec["provider_options"] = problems.check(_provider_options, raw, provider)
+    if "robots" in raw:
+        # Only written when given, so the specs saved before robots.txt support keep their hash.
+        spec["robots"] = problems.check(_robots, raw["robots"])
+    if "sitemap" in raw and complete and provider is not None:
+        spec["sitemap"] = problems.check(spec_sitemap.check, raw["sitemap"], page_types, provider)
+    spec["rules"] = _rules(raw, all_fields, problems)
+    problems.raise_any()
+    _refuse_unstorable(spec)
+    return spec
+
+
+def _spec_name(raw: dict[str, Any]) -> str:
     if "name" not in raw:
         raise SpecError("name: required")
     name = as_text(raw["name"], "name")
     if not _SLUG.match(name):
         raise SpecError(f"name: {name!r} must be a slug ([A-Za-z0-9_-], at most 100 characters)")
+    return name
+
+
+def _provider(raw: dict[str, Any]) -> str:
     provider = raw.get("provider", "direct")
     if provider not in PROVIDERS:
         raise SpecError(f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}")
+    return provider
 
-    spec: dict[str, Any] = {
-        "name": name,
-        "provider": provider,
-        "scraper_version": as_version(raw.get("scraper_version", "1"), "scraper_version"),
-        "schema_version": as_version(raw.get("schema_version", "1"), "schema_version"),
-        "auto_accept": as_bool(raw.get("auto_accept", False), "auto_accept"),
-        "lease_seconds": None,
-        "max_attempts": as_int(raw.get("max_attempts", 5), "max_attempts", minimum=1),
-        "max_elapsed_seconds": as_int(
-            raw.get("max_elapsed_seconds", 21600), "max_elapsed_seconds", minimum=1
-        ),
-    }
-    if "description" in raw:
-        spec["description"] = as_text(raw["description"], "description", allow_empty=True)
-    if raw.get("lease_seconds") == "auto":
-        # The lease its recent attempts imply (recovery.leases.sizing).
-        spec["lease_seconds"] = "auto"
-    elif raw.get("lease_seconds") is not None:
-        spec["lease_seconds"] = as_int(raw["lease_seconds"], "lease_seconds", minimum=1)
 
+def _lease_seconds(value: Any) -> int | str | None:
+    if value == "auto":
+        return "auto"  # the lease its recent attempts imply (recovery.leases.sizing)
+    if value is None:
+        return None
+    return as_int(value, "lease_seconds", minimum=1)
+
+
+def _page_types(raw: dict[str, Any], problems: Problems) -> tuple[dict[str, Any], bool]:
+    """The page types that passed, and whether all of them did."""
     if "page_types" not in raw:
-        raise SpecError("page_types: required (at least one page type)")
-    page_types_raw = as_table(raw["page_types"], "page_types")
+        problems.add("page_types: required (at least one page type)")
+        return {}, False
+    page_types_raw = problems.check(as_table, raw["page_types"], "page_types")
     if not page_types_raw:
-        raise SpecError("page_types: at least one page type is required")
+        if page_types_raw is not None:
+            problems.add("page_types: at least one page type is required")
+        return {}, False
+    before = len(problems.found)
     page_types: dict[str, Any] = {}
     for pt_name, pt in page_types_raw.items():
         if not _NAME.match(pt_name):
-            raise SpecError(f"page_types.{pt_name}: page type names are [A-Za-z0-9_-], max 64")
-        page_types[pt_name] = _page_type(pt, f"page_types.{pt_name}")
+            problems.add(f"page_types.{pt_name}: page type names are [A-Za-z0-9_-], max 64")
+            continue
+        checked = problems.check(_page_type, pt, f"page_types.{pt_name}")
+        if checked is not None:
+            page_types[pt_name] = checked
     for pt_name, pt in page_types.items():
         target = pt.get("links", {}).get("page_type")
-        if target is not None and target not in page_types:
-            raise SpecError(
-                f"page_types.{pt_name}.links.page_type: {target!r} is not a defined page type"
+        if target is not None and target not in page_types_raw:
+            problems.add(
+                f"page_types.{pt_name}.links.page_type: {target!r} is not a defined page type",
             )
-    spec["page_types"] = page_types
-    default_pt = raw.get("default_page_type", next(iter(page_types)))
-    if default_pt not in page_types:
-        raise SpecError(f"default_page_type: {default_pt!r} is not a defined page type")
-    spec["default_page_type"] = default_pt
-    all_fields = {f for pt in page_types.values() for f in pt["fields"]}
+    return page_types, len(problems.found) == before
 
+
+def _default_page_type(raw: dict[str, Any]) -> str | None:
+    written = raw.get("page_types")
+    if not isinstance(written, dict) or not written:
+        return None  # page_types' own problem says why
+    default_pt = raw.get("default_page_type", next(iter(written)))
+    if default_pt not in written:
+        raise SpecError(f"default_page_type: {default_pt!r} is not a defined page type")
+    return default_pt
+
+
+def _written_fields(raw: dict[str, Any]) -> set[str]:
+    """Every field name the page types declare as written, checked or not."""
+    names: set[str] = set()
+    written = raw.get("page_types")
+    for pt in written.values() if isinstance(written, dict) else ():
+        fields = pt.get("fields") if isinstance(pt, dict) else None
+        if isinstance(fields, dict):
+            names.update(name for name in fields if isinstance(name, str))
+    return names
+
+
+def _entity_key(raw: dict[str, Any], all_fields: set[str]) -> dict[str, str]:
     entity = as_table(raw.get("entity_key", {"from": "url"}), "entity_key")
     no_unknown(entity, frozenset({"field", "from"}), "entity_key")
     if ("field" in entity) == ("from" in entity):
@@ -419,13 +493,14 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     if "from" in entity:
         if entity["from"] != "url":
             raise SpecError(f'entity_key.from: {entity["from"]!r} is not supported (use "url")')
-        spec["entity_key"] = {"from": "url"}
-    else:
-        field = as_text(entity["field"], "entity_key.field")
-        if field not in all_fields:
-            raise SpecError(f"entity_key.field: {field!r} is not a field of any page type")
-        spec["entity_key"] = {"field": field}
+        return {"from": "url"}
+    field = as_text(entity["field"], "entity_key.field")
+    if field not in all_fields:
+        raise SpecError(f"entity_key.field: {field!r} is not a field of any page type")
+    return {"field": field}
 
+
+def _partition(raw: dict[str, Any]) -> dict[str, str]:
     partition = as_table(raw.get("partition", {"rule": "host"}), "partition")
     no_unknown(partition, frozenset({"rule"}), "partition")
     rule = as_text(partition.get("rule", "host"), "partition.rule")
@@ -439,8 +514,10 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         )
     if rule not in ("host", "manifest"):
         raise SpecError(f"partition.rule: {rule!r} is not host or manifest")
-    spec["partition"] = {"rule": rule}
+    return {"rule": rule}
 
+
+def _provider_options(raw: dict[str, Any], provider: str) -> dict[str, Any]:
     options = as_table(raw.get("provider_options", {}), "provider_options")
     for key in options:
         if _SECRET_NAME.search(key):
@@ -449,25 +526,24 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
                 "environment, never from a spec"
             )
     _check_provider_options(provider, options)
-    spec["provider_options"] = options
+    return options
 
-    if "robots" in raw:
-        # Only written when given, so the specs saved before robots.txt support keep their hash.
-        spec["robots"] = _robots(raw["robots"])
-    if "sitemap" in raw:
-        spec["sitemap"] = spec_sitemap.check(raw["sitemap"], page_types, provider)
 
+def _rules(raw: dict[str, Any], all_fields: set[str], problems: Problems) -> list[dict[str, Any]]:
     rules_raw = raw.get("rules", [])
     if not isinstance(rules_raw, list):
-        raise SpecError("rules: must be an array of tables ([[rules]])")
-    rules = [_rule(r, f"rules[{i}]", all_fields) for i, r in enumerate(rules_raw)]
+        problems.add("rules: must be an array of tables ([[rules]])")
+        return []
+    rules = []
+    for i, rule_raw in enumerate(rules_raw):
+        rule = problems.check(_rule, rule_raw, f"rules[{i}]", all_fields)
+        if rule is not None:
+            rules.append(rule)
     names = [r["name"] for r in rules]
     for i, n in enumerate(names):
         if n in names[:i]:
-            raise SpecError(f"rules.{n}: rule names must be unique")
-    spec["rules"] = rules
-    _refuse_unstorable(spec)
-    return spec
+            problems.add(f"rules.{n}: rule names must be unique")
+    return rules
 
 
 def _refuse_unstorable(spec: dict[str, Any]) -> None:
@@ -498,7 +574,7 @@ def check_bytes(data: bytes, name: str | Path) -> dict[str, Any]:
     try:
         return validate(raw)
     except SpecError as exc:
-        raise SpecError(f"{name}: {exc}") from None
+        raise SpecError.of(exc.problems, prefix=f"{name}: ") from None
 
 
 def check_file(path: str | Path) -> dict[str, Any]:
@@ -510,9 +586,12 @@ def check_file(path: str | Path) -> dict[str, Any]:
     return check_bytes(data, path)
 
 
-def upload(data: bytes, name: str, actor: str) -> tuple[Any, str]:
-    """An admin's upload (the dashboard): loaddataset's checks, then save as `actor`."""
-    return save_dataset(check_bytes(data, name), actor=actor)
+class Unconfirmed(Exception):
+    """A new version of a dataset's spec that must be confirmed against its current version."""
+
+    def __init__(self, dataset: Any) -> None:
+        super().__init__(f"dataset {dataset.name}: confirm the new spec against the current one")
+        self.dataset = dataset
 
 
 def spec_sha256(spec: dict[str, Any]) -> str:
@@ -521,8 +600,14 @@ def spec_sha256(spec: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def save_dataset(spec: dict[str, Any], *, actor: str = "system") -> tuple[Any, str]:
+def save_dataset(
+    spec: dict[str, Any], *, actor: str = "system", replaces: str | None = None
+) -> tuple[Any, str]:
     """Create or update the Dataset named in a normalised spec.
+
+    `replaces` (the dashboard's upload): a changed spec replaces the current one only if that
+    is the version with this hash, checked under the row's lock, else Unconfirmed. None (the
+    command line): no confirmation.
 
     Returns (dataset, "created" | "updated" | "unchanged"). Existing runs keep their task keys:
     keys hash the dataset *name*, which a reload cannot change. The audit entry keeps the whole
@@ -550,6 +635,8 @@ def save_dataset(spec: dict[str, Any], *, actor: str = "system") -> tuple[Any, s
             outcome = "created"
         elif dataset.spec_sha256 == digest:
             outcome = "unchanged"
+        elif replaces is not None and replaces != dataset.spec_sha256:
+            raise Unconfirmed(dataset)
         else:
             previous = dataset.spec_sha256
             values["updated_at"] = timezone.now()

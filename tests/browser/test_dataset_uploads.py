@@ -90,6 +90,13 @@ def test_an_admin_uploads_bad_then_good_specs_and_manifests(
     page.locator("header nav").get_by_role("link", name="Datasets").click()
     page.set_input_files("#spec-upload input[type=file]", str(v2))
     page.get_by_role("button", name="Upload spec").click()
+    # A new version shows its diff against the current one first; nothing is stored yet.
+    expect(page.locator("h1")).to_have_text("Replace the spec of dataset shop?")
+    expect(page.locator("#spec-diff .diff-del")).to_have_text(['-  "scraper_version": "1"'])
+    expect(page.locator("#spec-diff .diff-add")).to_have_text(['+  "scraper_version": "2"'])
+    assert Dataset.objects.get(name="shop").spec["scraper_version"] == "1"
+    screenshot(page, "dataset-spec-diff")
+    page.get_by_role("button", name="Replace spec").click()
     expect(page.locator("h1")).to_have_text("Dataset shop")
     dataset = Dataset.objects.get(name="shop")
     expect(page.locator("main .message.success")).to_have_text(

@@ -413,9 +413,14 @@ POSTS: dict[str, Post] = {
     ),
     "dashboard:dataset_upload": Post(
         lambda w: {},
-        lambda: {"spec": SimpleUploadedFile("shop.toml", SHOP_SPEC.read_bytes())},
+        # A new dataset (a new version of an existing one shows its diff first).
+        lambda: {
+            "spec": SimpleUploadedFile(
+                "shop.toml", SHOP_SPEC.read_bytes().replace(b'name = "shop"', b'name = "shop-two"')
+            )
+        },
         {"admin"},
-        lambda w: Dataset.objects.exclude(spec_sha256="0" * 64).filter(name="shop").exists(),
+        lambda w: Dataset.objects.filter(name="shop-two").exists(),
     ),
     "dashboard:run_create": Post(
         lambda w: {"name": w.run.dataset.name},

@@ -269,3 +269,89 @@ def test_a_manifest_line_nested_too_deep_is_a_form_error(admin):
     assert response.status_code == 400
     assert "line 2: nested too deeply" in _text(response)
     assert table_counts() == before
+
+
+def test_a_spec_upload_lists_every_problem_beside_the_field(admin):
+    content = (
+        SHOP_SPEC.read_text()
+        .replace("max_attempts = 5", "max_attempts = 0")
+        .replace("auto_accept = false", 'auto_accept = "yes"')
+    )
+    before = table_counts()
+    response = admin.post("/datasets/upload", {"spec": _file("shop.toml", content)})
+    assert response.status_code == 400
+    errors = re.findall(
+        r'<p class="field-error" role="alert">([^<]+)</p>', response.content.decode()
+    )
+    assert errors == [
+        "shop.toml: auto_accept: must be true or false",
+        "shop.toml: max_attempts: must be &gt;= 1, got 0",
+    ]
+    assert table_counts() == before
+
+
+def _v2() -> bytes:
+    return SHOP_SPEC.read_bytes().replace(b'scraper_version = "1"', b'scraper_version = "2"')
+
+
+def _confirm_fields(page: str) -> dict[str, str]:
+    form = page[page.index('id="spec-confirm"') :]
+    return dict(
+        re.findall(
+            r'<input type="hidden" name="(staged|staged_name|replaces)" value="([^"]*)"', form
+        )
+    )
+
+
+def test_a_new_version_shows_the_diff_and_is_stored_only_once_confirmed(admin):
+    call_command("loaddataset", str(SHOP_SPEC), stdout=io.StringIO())
+    v1 = Dataset.objects.get(name="shop").spec_sha256
+    before = table_counts()
+
+    preview = admin.post("/datasets/upload", {"spec": _file("shop.toml", _v2())})
+    assert preview.status_code == 200
+    page = preview.content.decode()
+    assert '<span class="diff-del">-  &quot;scraper_version&quot;: &quot;1&quot;</span>' in page
+    assert '<span class="diff-add">+  &quot;scraper_version&quot;: &quot;2&quot;</span>' in page
+    assert table_counts() == before and Dataset.objects.get(name="shop").spec_sha256 == v1
+
+    fields = _confirm_fields(page)
+    assert fields["replaces"] == v1 and fields["staged_name"] == "shop.toml"
+    confirmed = admin.post("/datasets/upload", fields)
+    assert confirmed.status_code == 302
+    dataset = Dataset.objects.get(name="shop")
+    assert dataset.spec["scraper_version"] == "2"
+    entry = AuditEntry.objects.get(action="dataset_updated")
+    assert (entry.actor, entry.detail["previous_sha256"]) == ("adam", v1)
+
+
+def test_a_confirmation_drawn_against_an_older_version_shows_the_diff_again(admin, tmp_path):
+    call_command("loaddataset", str(SHOP_SPEC), stdout=io.StringIO())
+    fields = _confirm_fields(
+        admin.post("/datasets/upload", {"spec": _file("shop.toml", _v2())}).content.decode()
+    )
+    # Another admin saves version 3 in the meantime.
+    v3 = tmp_path / "shop.toml"
+    v3.write_bytes(
+        SHOP_SPEC.read_bytes().replace(b'scraper_version = "1"', b'scraper_version = "3"')
+    )
+    call_command("loaddataset", str(v3), stdout=io.StringIO())
+    current = Dataset.objects.get(name="shop").spec_sha256
+
+    again = admin.post("/datasets/upload", fields)
+    assert again.status_code == 200
+    page = again.content.decode()
+    assert 'id="spec-moved"' in page
+    assert '<span class="diff-del">-  &quot;scraper_version&quot;: &quot;3&quot;</span>' in page
+    assert Dataset.objects.get(name="shop").spec_sha256 == current
+    assert _confirm_fields(page)["replaces"] == current
+
+
+def test_a_forged_confirmation_is_refused_and_stores_nothing(admin):
+    call_command("loaddataset", str(SHOP_SPEC), stdout=io.StringIO())
+    before = table_counts()
+    forged = {"staged": "not base64!", "staged_name": "shop.toml", "replaces": "0" * 64}
+    response = admin.post("/datasets/upload", forged)
+    assert response.status_code == 400
+    assert "the confirmed spec is not valid base64" in _text(response)
+    assert table_counts() == before

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.intake import specs
+from recovery.intake import spec_rules, specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -314,3 +314,36 @@ def test_it_refuses_a_nul_in_a_key_the_provider_passes_through():
     raw["provider"] = "noop"
     with pytest.raises(specs.SpecError, match=re.escape("provider_options.n\\x00: a key contains")):
         specs.validate(raw)
+
+
+def test_every_independent_problem_is_reported_at_once():
+    raw = copy.deepcopy(MINIMAL)
+    raw["max_attempts"] = 0
+    raw["provider"] = "carrier-pigeon"
+    raw["page_types"]["listing"] = {"fields": {"title": {"attr": "href"}}}  # no selector
+    raw["rules"] = [
+        {"name": "has_title", "kind": "required", "field": "title", "min": 0.9},  # fine
+        {"name": "bad", "kind": "nope"},
+    ]
+    with pytest.raises(specs.SpecError) as info:
+        specs.validate(raw)
+    assert info.value.problems == [
+        "provider: 'carrier-pigeon' is not one of " + ", ".join(specs.PROVIDERS),
+        "max_attempts: must be >= 1, got 0",
+        "page_types.listing.fields.title.selector: required",
+        f"rules.bad.kind: 'nope' is not one of {', '.join([*specs.RULE_KINDS, *spec_rules.KINDS])}",
+    ]
+    # The broken page type's field is still a name the rule may use: one problem, not two.
+    assert str(info.value) == "\n".join(info.value.problems)
+
+
+def test_a_file_names_itself_before_each_problem():
+    raw = copy.deepcopy(MINIMAL)
+    raw.update(max_attempts=0, auto_accept="yes")
+    data = json.dumps(raw).encode()
+    with pytest.raises(specs.SpecError) as info:
+        specs.check_bytes(data, "shop.json")
+    assert info.value.problems == [
+        "shop.json: auto_accept: must be true or false",
+        "shop.json: max_attempts: must be >= 1, got 0",
+    ]
