@@ -30,7 +30,7 @@ urlpatterns = [
         name="current",
     ),
     re_path(
-        r"^datasets/(?P<name>[-a-zA-Z0-9_]+)/latest\.(?P<fmt>csv|jsonl)$",
+        r"^datasets/(?P<name>[-a-zA-Z0-9_]+)/latest\.(?P<fmt>csv|jsonl|parquet)$",
         views.LatestExport.as_view(),
         name="latest",
     ),

@@ -16,10 +16,11 @@ latest published observation, with its window:
   new value and version.
 
 Readers: `latest_rows(dataset)` (the rows, ordered by entity key: the API and exports) and
-`stream(dataset, fmt)` (`manage.py export DATASET --latest --format csv|jsonl`). Both formats
-are rendered here in Python on both databases, with exports' conventions: formula cells
-neutralised in CSV, the payload as PostgreSQL renders jsonb in JSONL (`exports.jsonb_text`),
-so SQLite and PostgreSQL give the same bytes.
+`stream_bytes(dataset, fmt)` (`manage.py export DATASET --latest --format csv|jsonl|parquet`).
+The text formats are rendered here in Python on both databases, with exports' conventions:
+formula cells neutralised in CSV, the payload as PostgreSQL renders jsonb in JSONL
+(`exports.jsonb_text`), so SQLite and PostgreSQL give the same bytes. Parquet is a run
+export's writer (recovery.delivery.parquet) with these columns, typed by the current spec.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from recovery.delivery import parquet
 from recovery.delivery.export_rows import cell as _cell
 from recovery.delivery.export_rows import cursor_scope as _cursor_scope
 from recovery.delivery.exports import jsonb_text, neutralise
 from recovery.models import Dataset, LatestObservation, Observation, Run
 
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "parquet")
+TEXT_FORMATS = ("csv", "jsonl")
 # The columns before the dataset's fields: an export's stored provenance (exports), same order.
 COLUMNS = (
     "observation_key",
@@ -168,11 +171,36 @@ def fields(dataset: Dataset) -> list[str]:
 
 
 def stream(dataset_name: str, fmt: str) -> Iterator[str]:
-    """The latest rows as text chunks; bad input raises LatestError before any output."""
-    if fmt not in FORMATS:
-        raise LatestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    """The latest rows as text chunks (csv, jsonl); bad input raises LatestError before any
+    output."""
+    if fmt not in TEXT_FORMATS:
+        raise LatestError(f"format {fmt!r} is not one of {', '.join(TEXT_FORMATS)} (as text)")
     dataset = find_dataset(dataset_name)
     return _csv(dataset) if fmt == "csv" else _jsonl(dataset)
+
+
+def stream_bytes(dataset_name: str, fmt: str) -> Iterator[bytes]:
+    """The latest rows as byte chunks in any of FORMATS; bad input raises LatestError, and a
+    Parquet decimal column too wide ExportError, before any output."""
+    if fmt not in FORMATS:
+        raise LatestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt in TEXT_FORMATS:
+        return (chunk.encode() for chunk in stream(dataset_name, fmt))
+    return _parquet(find_dataset(dataset_name))
+
+
+def _parquet(dataset: Dataset) -> Iterator[bytes]:
+    """As a run's Parquet export (recovery.delivery.parquet), with the latest view's columns:
+    COLUMNS, then the dataset's fields typed by its current spec."""
+    types = parquet.declared_types(dataset.spec or {}, fields(dataset))
+    facts = {
+        "dataset": dataset.name,
+        "view": "latest",
+        "spec_sha256": dataset.spec_sha256,
+        "fields": types,
+    }
+    file_schema = parquet.typed_schema(COLUMNS, types, latest_rows(dataset), facts)
+    return parquet.written(file_schema, lambda: _rows(dataset), leading=len(COLUMNS), constants=[])
 
 
 def _rows(dataset: Dataset):

@@ -35,13 +35,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from django.db.models import Case, IntegerField, Max, Value, When
+from django.db.models import Case, IntegerField, Max, QuerySet, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Length, StrIndex
 from django.db.models.lookups import GreaterThan
@@ -66,20 +66,26 @@ _DIGITS = re.compile(r"[+-]?[0-9]+")
 def field_types(run: Run) -> dict[str, str]:
     """{field: spec type} for the export's fields (export_rows.columns), `text` where page types
     disagree."""
+    names = export_rows.columns(run)[len(export_rows.PROVENANCE) :]
+    return declared_types(run.dataset.spec or {}, names)
+
+
+def declared_types(spec: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """{field: spec type} for `names` as the spec declares them, `text` where page types
+    disagree."""
     declared: dict[str, set[str]] = {}
-    for page_type in (run.dataset.spec or {}).get("page_types", {}).values():
+    for page_type in spec.get("page_types", {}).values():
         for name, field in page_type.get("fields", {}).items():
             declared.setdefault(name, set()).add(field.get("type", "text"))
-    names = export_rows.columns(run)[len(export_rows.PROVENANCE) :]
     return {
         name: next(iter(declared[name])) if len(declared.get(name, ())) == 1 else "text"
         for name in names
     }
 
 
-def decimal_scales(run: Run, names: list[str]) -> dict[str, int]:
-    """The largest number of digits after the decimal point of each field among the exported
-    rows: one aggregate over the run's rows, on either database."""
+def decimal_scales(rows: QuerySet[Any], names: list[str]) -> dict[str, int]:
+    """The largest number of digits after the decimal point of each field among `rows` (a
+    queryset of rows with a JSON `payload`): one aggregate, on either database."""
     if not names:
         return {}
     aggregates = {}
@@ -93,28 +99,12 @@ def decimal_scales(run: Run, names: list[str]) -> dict[str, int]:
                 output_field=IntegerField(),
             )
         )
-    found = export_rows.rows_queryset(run).order_by().aggregate(**aggregates)
+    found = rows.order_by().aggregate(**aggregates)
     return {name: int(found[f"s{i}"] or 0) for i, name in enumerate(names)}
 
 
 def schema(run: Run) -> pa.Schema:
     types = field_types(run)
-    scales = decimal_scales(run, [name for name, kind in types.items() if kind == "decimal"])
-    columns = [
-        pa.field(name, pa.int64() if name == "version" else pa.string())
-        for name in export_rows.PROVENANCE
-    ]
-    for name, kind in types.items():
-        if kind == "decimal":
-            if scales[name] > DECIMAL_PRECISION:
-                raise export_rows.ExportError(
-                    f"field {name}: a value has {scales[name]} digits after the point, more "
-                    f"than Parquet's {DECIMAL_PRECISION}"
-                )
-            arrow_type = pa.decimal128(DECIMAL_PRECISION, scales[name])
-        else:
-            arrow_type = _SIMPLE_TYPES.get(kind, pa.string())
-        columns.append(pa.field(name, arrow_type))
     marks = partial.marks(run)
     facts = {
         "dataset": run.dataset.name,
@@ -126,6 +116,30 @@ def schema(run: Run) -> pa.Schema:
         "fields": types,
         **marks.as_dict(),
     }
+    return typed_schema(export_rows.PROVENANCE, types, export_rows.rows_queryset(run), facts)
+
+
+def typed_schema(
+    leading: tuple[str, ...] | list[str],
+    types: dict[str, str],
+    rows: QuerySet[Any],
+    facts: dict[str, Any],
+) -> pa.Schema:
+    """The leading provenance columns (strings, `version` an int64), then each field typed by
+    its spec type (decimal scales from `rows`), with `facts` as the `salvage` metadata."""
+    scales = decimal_scales(rows, [name for name, kind in types.items() if kind == "decimal"])
+    columns = [pa.field(name, pa.int64() if name == "version" else pa.string()) for name in leading]
+    for name, kind in types.items():
+        if kind == "decimal":
+            if scales[name] > DECIMAL_PRECISION:
+                raise export_rows.ExportError(
+                    f"field {name}: a value has {scales[name]} digits after the point, more "
+                    f"than Parquet's {DECIMAL_PRECISION}"
+                )
+            arrow_type = pa.decimal128(DECIMAL_PRECISION, scales[name])
+        else:
+            arrow_type = _SIMPLE_TYPES.get(kind, pa.string())
+        columns.append(pa.field(name, arrow_type))
     return pa.schema(columns, metadata={"salvage": json.dumps(facts, sort_keys=True)})
 
 
@@ -244,16 +258,29 @@ def stream(run: Run) -> Iterator[bytes]:
     exportable by the caller, exports.stream_bytes). The schema is built before the first byte,
     so a decimal column too wide is refused before any output."""
     file_schema = schema(run)
-    return _written(run, file_schema)
-
-
-def _written(run: Run, file_schema: pa.Schema) -> Iterator[bytes]:
-    fields = list(file_schema)
-    stored = len(export_rows.STORED_PROVENANCE)
-    names = [field.name for field in fields[len(export_rows.PROVENANCE) :]]
-    converters = [_converter(field.type) for field in fields[len(export_rows.PROVENANCE) :]]
     marks = partial.marks(run)
-    run_values = [marks.stopped_reason, marks.coverage_note]
+    return written(
+        file_schema,
+        lambda: export_rows.rows(run),
+        leading=len(export_rows.PROVENANCE),
+        constants=[marks.stopped_reason, marks.coverage_note],
+    )
+
+
+def written(
+    file_schema: pa.Schema,
+    rows: Callable[[], Iterable[tuple[Any, ...]]],
+    *,
+    leading: int,
+    constants: list[Any],
+) -> Iterator[bytes]:
+    """The file's bytes, a row group at a time. `rows()` yields (*stored columns, payload
+    text), read inside export_rows.cursor_scope; the stored columns are followed by
+    `constants` (the same value on every row) to make the `leading` columns, then the fields."""
+    fields = list(file_schema)
+    stored = leading - len(constants)
+    names = [field.name for field in fields[leading:]]
+    converters = [_converter(field.type) for field in fields[leading:]]
     sink = _Sink()
     writer = pq.ParquetWriter(sink, file_schema, compression=COMPRESSION)
     columns: list[list[Any]] = [[] for _ in fields]
@@ -269,16 +296,16 @@ def _written(run: Run, file_schema: pa.Schema) -> Iterator[bytes]:
 
     try:
         with export_rows.cursor_scope():
-            for *prov, payload_text in export_rows.rows(run):
+            for *prov, payload_text in rows():
                 payload = json.loads(payload_text) if payload_text else {}
                 if not isinstance(payload, dict):
                     payload = {}
                 for i, value in enumerate(prov):
                     columns[i].append(value)
-                for i, value in enumerate(run_values, start=stored):
+                for i, value in enumerate(constants, start=stored):
                     columns[i].append(value)
                 for i, (name, convert) in enumerate(
-                    zip(names, converters, strict=True), start=len(export_rows.PROVENANCE)
+                    zip(names, converters, strict=True), start=leading
                 ):
                     value = payload.get(name)
                     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -32,8 +33,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--latest",
             action="store_true",
-            help="RUN names a dataset: each entity's latest published value, across windows "
-            "(csv or jsonl)",
+            help="RUN names a dataset: each entity's latest published value, across windows",
         )
 
     def handle(self, *args, **options) -> None:
@@ -113,23 +113,52 @@ class Command(BaseCommand):
 
     def _latest(self, dataset: str, fmt: str, output: str | None) -> None:
         """The current-state view (recovery.delivery.latest), to standard output or whole to
-        --output (a temporary file renamed)."""
+        --output (a temporary file renamed); Parquet as a run's export is."""
+        binary = getattr(self.stdout._out, "buffer", None)
+        if fmt not in latest.TEXT_FORMATS and not output and binary is None:
+            raise CommandError(
+                f"--format {fmt} is binary: give --output FILE or redirect standard output",
+                returncode=2,
+            )
+        label = f"export {dataset} latest"
+        counted: Iterator[str] | Iterator[bytes]
         try:
-            chunks = latest.stream(dataset, fmt)
+            if not output and binary is None:
+                text = latest.stream(dataset, fmt)
+                counted = progress.counted(text, label, unit="rows", count=_text_lines)
+            elif fmt in latest.TEXT_FORMATS:
+                encoded = latest.stream_bytes(dataset, fmt)
+                counted = progress.counted(encoded, label, unit="rows", count=_byte_lines)
+            else:
+                parquet = latest.stream_bytes(dataset, fmt)
+                counted = progress.counted(parquet, label, unit="bytes", count=len)
         except latest.LatestError as exc:
             raise CommandError(f"--latest: {exc}", returncode=2) from None
-        chunks = progress.counted(chunks, f"export {dataset} latest", unit="rows", count=_lines)
+        except exports.ExportError as exc:
+            raise refuse(exc) from None
+        try:
+            self._write_latest(dataset, counted, output, binary)
+        except exports.ExportError as exc:
+            raise CommandError(f"dataset {dataset}: {exc}", returncode=1) from None
+
+    def _write_latest(self, dataset: str, chunks, output: str | None, binary) -> None:
         if not output:
-            for chunk in chunks:
-                self.stdout.write(chunk, ending="")
             self.stdout.flush()
+            if binary is None:
+                for chunk in chunks:
+                    self.stdout.write(chunk, ending="")
+                self.stdout.flush()
+                return
+            for chunk in chunks:
+                binary.write(chunk)
+            binary.flush()
             return
         target = Path(output).resolve()
         if not target.parent.is_dir():
             raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            with os.fdopen(fd, "wb") as handle:
                 for chunk in chunks:
                     handle.write(chunk)
             os.replace(tmp, target)
@@ -137,6 +166,14 @@ class Command(BaseCommand):
             Path(tmp).unlink(missing_ok=True)
             raise
         self.stdout.write(f"dataset {dataset} latest: wrote {target}")
+
+
+def _text_lines(chunk: str) -> int:
+    return chunk.count("\n")
+
+
+def _byte_lines(chunk: bytes) -> int:
+    return chunk.count(b"\n")
 
 
 def _lines(chunk: str | bytes) -> int:
