@@ -27,5 +27,7 @@ Contract:
   most SALVAGE_ARCHIVE_MAX_BYTES.
 
 Only 2xx responses are stored: a 5xx or a 429 is a reason to ask again, never a page to
-re-read. The browser provider's rendered pages are not archived (yet): its batches fetch.
+re-read. The browser provider keeps the HTML it rendered (the serialised DOM after its
+scripts, waits and steps, UTF-8) under the same rules; its batch "from the archive" checks and
+extracts that HTML with no browser started and no request made.
 """

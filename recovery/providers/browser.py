@@ -18,7 +18,9 @@ One task, all inside one total `deadline`:
 4. optional bounded `scroll_steps` and `load_more` clicks (up to `max_steps`);
 5. the rendered DOM goes through the same page-state checks (recovery.fetch.pagechecks), extraction
    and discovery as the direct provider's (`DirectProvider.extract`), and the status through
-   the same retry-table classes.
+   the same retry-table classes. The rendered HTML of a 2xx page is kept in the page archive
+   first (recovery.archive, as the direct provider keeps the bytes it fetched), so a recovery
+   batch "from the archive" checks and extracts it again with no browser and no request.
 
 Failures: a refused document is `blocked_url`; refused subresources are listed in the
 attempt's artefact (`refused`) whatever the outcome. A page-state or extraction failure keeps a
@@ -41,6 +43,7 @@ import httpx
 from selectolax.lexbor import LexborHTMLParser
 
 from recovery import failures
+from recovery.archive import store as archive_store
 from recovery.fetch import artefacts, extraction, robots
 from recovery.fetch.browser_proxy import GuardedProxy
 from recovery.fetch.chromium import BrowserMissing, close_shared, shared
@@ -244,6 +247,10 @@ class BrowserProvider:
         if page_spec is None:
             reason = f"page type {task.page_type!r} is not defined in the dataset spec"
             return _failure(ErrorClass.SELECTOR, reason)
+        if task.archived:
+            archived = await self._from_archive(task, page_spec)
+            if archived is not None:
+                return archived
         try:
             self._check_url(task.url)
         except BlockedURL as exc:
@@ -353,8 +360,19 @@ class BrowserProvider:
         if size > self.max_bytes:
             reason = f"rendered page of {size} bytes is over the {self.max_bytes}-byte cap"
             return _failure(ErrorClass.TOO_LARGE, reason, status=status, headers=headers)
-        view = PageView(LexborHTMLParser(html))
         final = Page(url=page.url, status=status, headers=headers, body=b"")
+        # Archived before its checks run, so a page they reject can be re-extracted later.
+        kept = await DirectProvider.archive(_as_stored(final, html))
+        outcome = self._checked(task, page_spec, final, html)
+        if not outcome.ok:
+            await self._keep_artefacts(page, html, outcome)
+        if kept is not None:
+            outcome.artefact = {**(outcome.artefact or {}), "archive": kept}
+        return outcome
+
+    def _checked(self, task: TaskInput, page_spec: dict, final: Page, html: str) -> Outcome:
+        """Page-state checks, extraction and discovery of rendered HTML (live or archived)."""
+        view = PageView(LexborHTMLParser(html))
         try:
             check_page(view, page_spec)
             return self.extract(task, final, view, page_spec)
@@ -362,8 +380,23 @@ class BrowserProvider:
             error_class, reason = exc.error_class, exc.reason
         except extraction.ExtractionError as exc:
             error_class, reason = ErrorClass.SELECTOR, str(exc)
-        outcome = _failure(error_class, reason, status=status, headers=headers, html=html)
-        await self._keep_artefacts(page, html, outcome)
+        return _failure(error_class, reason, status=final.status, headers=final.headers, html=html)
+
+    async def _from_archive(self, task: TaskInput, page_spec: dict) -> Outcome | None:
+        """A "from the archive" batch: the rendered HTML the page's last render stored, checked
+        and extracted again by the current spec, with no browser and no request (no robots.txt,
+        no host turn). None when the blob is gone or expired: the page is rendered again."""
+        try:
+            stored = await asyncio.to_thread(archive_store.get, task.archived)
+        except archive_store.ArchiveMissing as exc:
+            log.info("task %s: %s; rendering it", task.task_id, exc)
+            return None
+        final = Page(
+            url=stored.url, status=stored.status, headers=httpx.Headers(stored.headers), body=b""
+        )
+        outcome = self._checked(task, page_spec, final, stored.body.decode("utf-8", "replace"))
+        archived = {"sha256": task.archived, "source": "archive"}
+        outcome.artefact = {**(outcome.artefact or {}), "archive": archived}
         return outcome
 
     async def _blocker(self, route) -> None:
@@ -481,6 +514,14 @@ def _navigation_failure(exc: Exception, url: str) -> Outcome:
     if "net::ERR_" in text:
         return _failure(ErrorClass.NETWORK, text)
     return _failure(ErrorClass.INTERNAL, f"navigation failed: {text}")
+
+
+def _as_stored(final: Page, html: str) -> Page:
+    """The rendered page as the archive keeps it: the serialised DOM, UTF-8 (whatever charset
+    the response declared), so a re-extraction reads exactly what the checks read."""
+    headers = httpx.Headers(final.headers)
+    headers["content-type"] = "text/html; charset=utf-8"
+    return Page(url=final.url, status=final.status, headers=headers, body=html.encode("utf-8"))
 
 
 def _failure(

@@ -8,6 +8,7 @@ browser provider exists.
 
 from __future__ import annotations
 
+import copy
 import re
 import tomllib
 from collections import Counter
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from recovery import worker
+from recovery.archive import pages as archive_pages
 from recovery.intake import manifests, specs
 from recovery.models import Attempt, Observation, Task
+from recovery.quality import reruns
 from recovery.sandbox import jsshop
 from tests.support.browser_provider import need_chromium
 
@@ -80,3 +83,54 @@ def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
     assert not Observation.objects.filter(run=plain).exists()
     # One attempt per task each: nothing retried, nothing committed twice.
     assert Attempt.objects.filter(run__in=[rendered, plain]).count() == 2 * len(PAGES)
+
+
+@pytest.mark.browser
+def test_a_batch_from_the_archive_re_extracts_rendered_pages_with_no_request(
+    sandbox, tmp_path, settings
+):
+    """Seed 002, "Rejected output should remain recoverable", for rendered pages: version 1's
+    price selector matches nothing, version 2 is the example; the batch re-extracts the HTML
+    each render kept, with no browser request to the site, and commits what the site holds."""
+    need_chromium()
+    settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
+    settings.SALVAGE_ARTEFACT_DIR = tmp_path / "artefacts"
+    example = tomllib.loads(readme_example())
+    broken = copy.deepcopy(example)
+    broken["page_types"]["product"]["fields"]["price"]["selector"] = ".price-was"
+    specs.save_dataset(specs.validate(broken))
+    manifest = tmp_path / "js.csv"
+    manifest.write_text("url\n" + "".join(sandbox.url(f"/js/product/{i}") + "\n" for i in PAGES))
+    run = manifests.create_run("js-shop", "2026-12-01", manifest).run
+    requests = sandbox.served._runner.app[jsshop.JS_REQUESTS]
+    try:
+        worker.run_until_idle("w-browser-v1")
+        tasks = Task.objects.filter(run=run)
+        assert Counter(tasks.values_list("state", "last_error_class")) == {
+            ("quarantined", "selector_failure"): len(PAGES)
+        }
+        specs.save_dataset(specs.validate({**example, "scraper_version": "2"}))
+        worker._datasets.clear()  # the worker's two-second spec cache (an operator waits)
+        requests.clear()
+        batch = reruns.create_recovery_batch(
+            run.pk,
+            error_classes=["selector_failure"],
+            reason="price selector repaired",
+            scraper_version="2",
+            actor="test",
+            from_archive=True,
+        )
+        worker.run_until_idle("w-browser-archive", idle_wait=2.0)
+    finally:
+        worker.close_providers()
+
+    assert set(tasks.values_list("state", flat=True)) == {"committed"}
+    assert not +requests, f"the site was asked again: {dict(requests)}"
+    sources = archive_pages.batch_sources(batch)
+    assert sources == archive_pages.Sources(archive=len(PAGES), fetched=0)
+    payloads = {o.entity_key: o.payload for o in Observation.objects.filter(run=run)}
+    expected = {
+        v["sku"]: v
+        for v in (jsshop.expected_values(i, seed=sandbox.seed, pages=sandbox.pages) for i in PAGES)
+    }
+    assert payloads == expected
