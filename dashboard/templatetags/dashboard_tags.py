@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -10,7 +11,8 @@ from urllib.parse import urlencode
 from django import template
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from recovery.delivery.outbox import public_label
 from recovery.quality import figures
@@ -22,6 +24,19 @@ register = template.Library()
 def destination(label: str) -> str:
     """A delivery's destination as a page may show it: never a user, password or query."""
     return public_label(label or "")
+
+
+# Where a long URL may wrap: after each / ? & = # (not between the two slashes after the
+# scheme), so a line ends at a path segment or a query parameter instead of mid-word; a segment
+# longer than the cell still wraps (overflow-wrap in the stylesheet).
+_URL_BREAKS = re.compile(r"(?<=[/?&=#])(?!/)(?=.)")
+
+
+@register.filter
+def breakable(url: Any) -> str:
+    """A URL escaped, with a line-break opportunity (<wbr>) after each / ? & = #."""
+    pieces = _URL_BREAKS.split(str(url or ""))
+    return mark_safe("<wbr>".join(str(escape(piece)) for piece in pieces))
 
 
 @register.filter
