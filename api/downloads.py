@@ -46,7 +46,7 @@ def _file_part(path: Path, first: int, last: int) -> Iterator[bytes]:
 
 def respond(request: Request, run: Run, fmt: str, extra: dict[str, str]) -> HttpResponseBase:
     try:
-        tag = export_files.identity(run, fmt)
+        tag, rows = export_files.fingerprint(run, fmt)
     except exports.ExportError as exc:
         raise ApiError("export_failed", str(exc), 409) from None
     quoted = f'"{tag}"'
@@ -57,6 +57,9 @@ def respond(request: Request, run: Run, fmt: str, extra: dict[str, str]) -> Http
         "Content-Disposition": f'attachment; filename="{exports.filename(run, fmt)}"',
         "X-Content-Type-Options": "nosniff",
         "Salvage-Run": str(run.pk),
+        # The file's data rows (CSV lines after the header, JSONL lines, Parquet rows): a
+        # saved file that holds fewer was cut short (docs/api.md, "Checking a download").
+        "Salvage-Rows": str(rows),
         **extra,
     }
     if ranges.etag_matches(request.headers.get("If-None-Match"), quoted):

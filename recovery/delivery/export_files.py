@@ -39,6 +39,12 @@ REVISION = "2"  # 2: the partial-result provenance columns; Parquet
 
 
 def identity(run: Run, fmt: str) -> str:
+    return fingerprint(run, fmt)[0]
+
+
+def fingerprint(run: Run, fmt: str) -> tuple[str, int]:
+    """(the export's entity tag, its number of rows): the rows let a client check that a saved
+    file is whole (the API sends them as `Salvage-Rows`)."""
     facts = (
         exports.rows_queryset(run)
         .order_by()
@@ -61,7 +67,7 @@ def identity(run: Run, fmt: str) -> str:
         import pyarrow
 
         parts.append(pyarrow.__version__)
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32], int(facts["rows"])
 
 
 def _directory() -> Path:

@@ -81,6 +81,8 @@ def test_it_downloads_each_format_with_a_token(api):
             assert response.status_code == 200, response.text
             assert response.headers["etag"].startswith('"')
             assert response.headers["salvage-version"] == str(found["version"])
+            # What a saved file is checked against (docs/api.md, "Checking a download").
+            assert response.headers["salvage-rows"] == str(found["current_run"]["rows"])
             got[fmt] = response.content
             # Served again from the file written the first time: same bytes, now with a length.
             again = http.get(f"runs/{run.pk}/export.{fmt}")
