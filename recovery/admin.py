@@ -149,6 +149,12 @@ class RunPartitionAdmin(RawRecordAdmin):
     raw_id_fields = ("run",)
 
 
+@admin.register(models.ShiftSample)
+class ShiftSampleAdmin(RawRecordAdmin):
+    list_display = ("id", "run_id", "rule", "read", "flagged_at")
+    raw_id_fields = ("run",)
+
+
 @admin.register(models.ValidationResult)
 class ValidationResultAdmin(RawRecordAdmin):
     list_display = ("id", "run_id", "rule", "partition", "passed", "value", "threshold")

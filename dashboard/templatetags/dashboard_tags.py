@@ -114,9 +114,13 @@ def attention_link(context: Any) -> dict[str, Any]:
 @register.inclusion_tag("dashboard/_provisional.html")
 def provisional_flags(run: Any) -> dict[str, Any]:
     """The run's partitions flagged early while it collects (recovery.quality.provisional)."""
-    from recovery.quality import provisional
+    from recovery.quality import provisional, provisional_shift
 
-    return {"run": run, "flags": provisional.shown_flags(run)}
+    return {
+        "run": run,
+        "flags": provisional.shown_flags(run),
+        "shifts": provisional_shift.shown(run),
+    }
 
 
 @register.simple_tag

@@ -20,7 +20,14 @@ from recovery.models.latest import LatestObservation
 from recovery.models.operations import AuditEntry, Schedule, TriageNote, WorkerHeartbeat
 from recovery.models.outbox import OutboxEvent
 from recovery.models.remote import RemoteJob, RemoteJobItem, WebhookReceipt
-from recovery.models.runs import Dataset, RecoveryBatch, Run, RunPartition, ValidationResult
+from recovery.models.runs import (
+    Dataset,
+    RecoveryBatch,
+    Run,
+    RunPartition,
+    ShiftSample,
+    ValidationResult,
+)
 from recovery.models.sites import HostSeat, HostSlot, ListingTotal, RobotsState
 from recovery.models.tasks import Attempt, Observation, ObservationVersion, Task, TaskCountDelta
 
@@ -43,6 +50,7 @@ __all__ = [
     "Run",
     "RunPartition",
     "Schedule",
+    "ShiftSample",
     "Task",
     "TaskCountDelta",
     "TriageNote",

@@ -146,6 +146,24 @@ class RunPartition(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="runpartition_uniq")]
 
 
+class ShiftSample(models.Model):
+    """A `value_shift` rule's sample while its run collects (recovery.quality.provisional_shift):
+    the field's numbers in commit order, the previous window's figures it is compared with,
+    and the warning once raised."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="shift_samples")
+    rule = models.CharField(max_length=100)
+    values = models.JSONField(default=list, blank=True)
+    last_id = models.BigIntegerField(default=0)  # the last observation read (the watermark)
+    read = models.PositiveIntegerField(default=0)  # observations read, with or without a number
+    previous = models.JSONField(null=True, blank=True)  # {"window", "run", "n", "median", ...}
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "rule"], name="shiftsample_uniq")]
+
+
 class ValidationResult(models.Model):
     """The latest result of one rule for a run (partition "" = the whole run)."""
 

@@ -33,6 +33,7 @@ from django.utils import timezone
 from recovery import audit, counters
 from recovery.models import Observation, Run, RunPartition
 from recovery.ops import logs
+from recovery.quality import provisional_shift
 from recovery.states.choices import RunState
 from recovery.verdicts import VALUE_RULE_KINDS
 from recovery.verdicts import check_value as _check_value
@@ -94,7 +95,8 @@ def _rules(spec: dict[str, Any]) -> list[_Rule]:
 
 
 def check_due() -> int:
-    """Sample every collecting run (throttled per process); returns partitions newly flagged."""
+    """Sample every collecting run (throttled per process); returns partitions and value_shift
+    rules newly flagged."""
     now = time.monotonic()
     if now - _last_check["at"] < CHECK_SECONDS:
         return 0
@@ -104,6 +106,8 @@ def check_due() -> int:
         "pk", flat=True
     ):
         flagged += len(check_run(run_id))
+        # The value_shift rules' early warning is run-level (recovery.quality.provisional_shift).
+        flagged += len(provisional_shift.check_run(run_id))
     return flagged
 
 
@@ -215,8 +219,11 @@ def shown_flags(run: Run) -> list[RunPartition]:
 
 
 def due() -> bool:
-    """True when a collecting run has a partition rule and an unsettled partition (cheap:
-    the dispatcher asks this to decide whether to wake the acceptance task)."""
+    """True when a collecting run has a partition rule and an unsettled partition, or an
+    unsettled value_shift sample (cheap: the dispatcher asks this to decide whether to wake
+    the acceptance task)."""
+    if provisional_shift.due():
+        return True
     for run in Run.objects.filter(acceptance_state=RunState.COLLECTING).select_related("dataset"):
         if not _rules(run.dataset.spec or {}):
             continue

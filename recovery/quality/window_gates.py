@@ -120,7 +120,7 @@ def results_for(run: Run, gates: list[dict[str, Any]]) -> list[GateResult]:
             q = gate["quantile"]
             then = window_sql.value_figures(previous.pk, gate["field"], q)
             now = window_sql.value_figures(run.pk, gate["field"], q)
-            results.append(_value_shift(gate, then, now, seen))
+            results.append(value_shift_result(gate, then, now, seen))
     return results
 
 
@@ -231,12 +231,14 @@ def relative_change(before: float, after: float) -> float | None:
     return change if math.isfinite(change) else None
 
 
-def _value_shift(
+def value_shift_result(
     gate: dict[str, Any],
     then: window_sql.ValueFigures,
     now: window_sql.ValueFigures,
     seen: dict[str, Any],
 ) -> GateResult:
+    """A value_shift rule's result from the two windows' figures (also the early warning's,
+    recovery.quality.provisional_shift)."""
     name, limit, q = gate["name"], gate["max_change"], gate["quantile"]
     label = f"{q * 100:g}th percentile"
     detail: dict[str, Any] = {
