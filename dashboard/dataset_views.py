@@ -28,9 +28,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import datasetboard, lists, specdiff, speclines, uploads
+from dashboard import datasetboard, lists, speclines, uploads
 from dashboard.forms import ManifestUploadForm, SpecUploadForm
-from recovery.intake import manifests, schedules, specs
+from recovery.intake import manifests, schedules, spec_diff, specs
 from recovery.models import Dataset
 
 SPEC_EXCERPT = 2  # lines shown on each side of the line an error points at
@@ -162,7 +162,7 @@ def _spec_diff_page(request, dataset, spec, data: bytes, filename: str, form) ->
         "dataset": dataset,
         "filename": filename,
         "new_sha256": specs.spec_sha256(spec),
-        "diff": specdiff.lines(dataset.spec, spec, dataset.spec_sha256, specs.spec_sha256(spec)),
+        "diff": spec_diff.lines(dataset.spec, spec, dataset.spec_sha256, specs.spec_sha256(spec)),
         "staged": base64.b64encode(data).decode("ascii"),
         # The diff was drawn again because another version was saved since the last preview.
         "moved": bool(seen) and seen != dataset.spec_sha256,

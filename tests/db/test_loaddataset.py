@@ -174,3 +174,28 @@ def test_what_postgresql_cannot_store_exits_2_and_writes_nothing(tmp_path, where
     assert err.value.returncode == 2
     assert message in str(err.value)
     assert not Dataset.objects.exists()
+
+
+def test_diff_prints_the_change_against_the_stored_spec_and_stores_nothing(tmp_path):
+    def diff(path) -> list[str]:
+        out = io.StringIO()
+        call_command("loaddataset", str(path), "--diff", stdout=out)
+        return out.getvalue().splitlines()
+
+    assert diff(EXAMPLE)[-1].startswith("dataset shop would be created (spec ")
+    assert not Dataset.objects.exists()
+    load(EXAMPLE)
+    v1 = Dataset.objects.get(name="shop").spec_sha256
+    assert diff(EXAMPLE) == [f"dataset shop unchanged (spec {v1[:12]})"]
+
+    v2 = tmp_path / "shop.toml"
+    v2.write_text(EXAMPLE.read_text().replace("max_attempts = 5", "max_attempts = 7"))
+    lines = diff(v2)
+    assert lines[:2] == [
+        f"--- current {v1[:12]}",
+        f"+++ new {specs.spec_sha256(specs.check_file(v2))[:12]}",
+    ]
+    assert '-  "max_attempts": 5,' in lines and '+  "max_attempts": 7,' in lines
+    assert lines[-1].endswith("); nothing stored") and "would be updated" in lines[-1]
+    assert Dataset.objects.get(name="shop").spec_sha256 == v1
+    assert not AuditEntry.objects.filter(action="dataset_updated").exists()

@@ -1,4 +1,5 @@
-"""The diff an admin reads before a new spec replaces a dataset's current one.
+"""The diff an admin reads before a new spec replaces a dataset's current one (the dashboard's
+upload shows it and asks to confirm; `loaddataset --diff` prints it and stores nothing).
 
 Drawn between the normalised specs (what is stored, defaults filled in, keys sorted), not the
 files: a change of format (TOML to JSON), of comments or of key order is no change, and a
