@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from recovery.delivery import exports
-from recovery.models import Observation
+from recovery.models import AuditEntry, Observation
 from recovery.quality import acceptance
 from tests.support.acceptance import make_collected_run
 
@@ -103,6 +103,23 @@ def test_the_command_writes_a_whole_file_and_takes_a_dataset_name(tmp_path):
     out = io.StringIO()
     call_command("export", run.dataset.name, "--format", "jsonl", stdout=out)
     assert len(out.getvalue().splitlines()) == 3
+
+
+def test_each_export_the_command_writes_is_audited_and_a_refused_one_is_not(tmp_path):
+    run = accepted_run()
+    target = tmp_path / "out.csv"
+    call_command(
+        "export", str(run.pk), "--output", str(target), "--actor", "dora", stdout=io.StringIO()
+    )
+    entry = AuditEntry.objects.get(action="export_command")
+    assert (entry.actor, entry.object_type, entry.object_id) == ("dora", "run", str(run.pk))
+    assert entry.detail == {"format": "csv", "output": str(target.resolve())}
+    call_command("export", run.dataset.name, "--format", "jsonl", stdout=io.StringIO())
+    latest = AuditEntry.objects.filter(action="export_command").latest("pk")
+    assert latest.actor.startswith("cli:") and latest.detail["output"] == "stdout"
+    with pytest.raises(CommandError):
+        call_command("export", "no-such-dataset", "--format", "csv")
+    assert AuditEntry.objects.filter(action="export_command").count() == 2
 
 
 def test_the_command_exits_2_on_bad_input(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from recovery.delivery import latest
-from recovery.models import LatestObservation, Run, Task
+from recovery.models import AuditEntry, LatestObservation, Run, Task
 from recovery.quality import acceptance
 from tests.support.acceptance import commit_task, make_shop
 from tests.support.factories import make_run, make_tasks
@@ -162,6 +162,9 @@ def test_the_command_names_what_it_cannot_export(tmp_path):
     call_command("export", dataset.name, "--latest", "--output", str(target), stdout=out)
     assert target.read_text().count("\n") == 4
     assert f"dataset {dataset.name} latest: wrote {target}" in out.getvalue()
+    entry = AuditEntry.objects.get(action="export_command")
+    assert (entry.object_type, entry.object_id) == ("dataset", str(dataset.pk))
+    assert entry.detail == {"format": "csv", "output": str(target.resolve()), "latest": True}
 
 
 def test_the_latest_values_as_parquet_equal_the_csv_row_for_row_with_typed_columns(tmp_path):

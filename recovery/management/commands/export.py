@@ -1,6 +1,9 @@
 """manage.py export RUN --format csv|jsonl|parquet [--output FILE]: stream accepted observations.
 
 RUN is a run id, dataset@window, or a dataset name (its current accepted/published run).
+Each export written whole is audited (`export_command`, under `cli:<operating-system user>` or
+--actor), as a person's download from the dashboard or the API is: data leaving the system is
+traced to who took it.
 With --output the file appears whole or not at all (temporary file, then rename). Parquet is
 binary: it goes to --output or to a binary standard output, never to a text stream.
 """
@@ -14,8 +17,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from recovery import audit
 from recovery.delivery import exports, latest
-from recovery.management.commands._accept_cli import refuse
+from recovery.management.commands._accept_cli import actor, refuse
+from recovery.models import Dataset
 from recovery.ops import progress
 from recovery.quality import status
 
@@ -30,6 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("run", help="run id, dataset@window, or dataset name (current run)")
         parser.add_argument("--format", choices=exports.FORMATS, default="csv")
         parser.add_argument("--output", help="file to write (default: standard output)")
+        parser.add_argument("--actor", help="name recorded in the audit log (default: cli:<user>)")
         parser.add_argument(
             "--latest",
             action="store_true",
@@ -38,7 +44,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         if options["latest"]:
-            return self._latest(options["run"], options["format"], options["output"])
+            self._latest(options["run"], options["format"], options["output"])
+            dataset = Dataset.objects.get(name=options["run"])
+            self._audit(options, dataset, latest=True)
+            return
         ref = options["run"]
         try:
             run = status.find_run(ref)
@@ -75,6 +84,16 @@ class Command(BaseCommand):
         except exports.ExportError as exc:
             # A value that does not fit its typed column, found mid-stream (Parquet).
             raise CommandError(f"run {run.pk}: {exc}", returncode=1) from None
+        self._audit(options, run)
+
+    def _audit(self, options, obj, latest: bool = False) -> None:
+        output = str(Path(options["output"]).resolve()) if options["output"] else "stdout"
+        detail = {
+            "format": options["format"],
+            "output": output,
+            **({"latest": True} if latest else {}),
+        }
+        audit.record(actor(options["actor"]), "export_command", obj, "", **detail)
 
     def _write(self, run_pk: int, chunks, output: str | None, binary) -> None:
         if not output:
