@@ -16,12 +16,13 @@ from tests.support.world import make_user, make_world
 pytestmark = pytest.mark.django_db
 
 
-def test_it_registers_every_recovery_model():
+def test_it_registers_every_recovery_and_dashboard_model():
     from django.apps import apps
 
     missing = [
         m.__name__
-        for m in apps.get_app_config("recovery").get_models()
+        for label in ("recovery", "dashboard")
+        for m in apps.get_app_config(label).get_models()
         if m not in admin.site._registry
     ]
     assert missing == []
