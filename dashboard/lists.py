@@ -14,7 +14,8 @@ narrows by its own indexed search (its filterset, dashboard.filtersets).
 
 Export: each list's CSV (`<list URL>.csv`, the same view with `export=True`) is the same bound
 filterset in the same order, read keyset page by keyset page, so it holds exactly the rows the
-pager walks through and memory stays flat however many rows match.
+pager walks through and memory stays flat however many rows match. Its last line,
+`# complete: N rows`, says it arrived whole (`trailer`).
 """
 
 from __future__ import annotations
@@ -246,13 +247,25 @@ class Listing:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([column.header for column in self.spec.columns])
+        count = 0
         for count, row in enumerate(self.rows_for_export(), 1):
             writer.writerow([column.value(row) for column in self.spec.columns])
             if count % 500 == 0:
                 yield buffer.getvalue()
                 buffer.seek(0)
                 buffer.truncate()
+        buffer.write(trailer(count))
         yield buffer.getvalue()
+
+
+# The last line of every list CSV. A list is live (its rows change while it streams), so no
+# count can be sent before the rows; the trailer counts what was written, and a saved file
+# without it was cut short. Readers skip it as a comment (pandas: comment="#").
+TRAILER = "# complete: {rows} rows\n"
+
+
+def trailer(rows: int) -> str:
+    return TRAILER.format(rows=rows)
 
 
 def bind(

@@ -14,8 +14,6 @@ wide go to test-output/screenshots/ (the README's set is copied to docs/screensh
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from collections import Counter
 from urllib.parse import parse_qsl, urljoin, urlsplit
@@ -28,6 +26,7 @@ from recovery.intake import manifests, schedules
 from recovery.models import Run, Task
 from recovery.outcomes import ErrorClass, Observed, Outcome
 from tests.browser.test_dashboard_browser import log_in
+from tests.support.list_csv import list_rows
 from tests.support.world import make_users, make_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -151,7 +150,7 @@ def _check_export(page, url: str) -> int:
     assert response.status == 200, f"{url} answered {response.status}"
     assert response.headers["content-type"].startswith("text/csv"), url
     assert response.headers["content-disposition"].startswith("attachment;"), url
-    rows = list(csv.DictReader(io.StringIO(response.text())))
+    rows = list_rows(response.text())
     params = dict(parse_qsl(urlsplit(url).query))
     for name in ("state", "partition", "page_type", "error_class", "event_type", "run", "actor"):
         if name in params and rows and name in rows[0]:

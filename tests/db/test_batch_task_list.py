@@ -3,8 +3,6 @@ page and its CSV list exactly the tasks the batch reset, no other (issue 29)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 
 import pytest
@@ -15,6 +13,7 @@ from recovery.models import Task
 from recovery.quality import reruns
 from recovery.states.choices import TaskState
 from tests.support.factories import force_state, make_run, make_tasks
+from tests.support.list_csv import list_rows
 from tests.support.world import make_user
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +52,7 @@ def test_the_batch_filter_lists_the_batchs_tasks_and_no_other(batches):
 
         export_url = reverse("dashboard:run_tasks_csv", args=[run.pk])
         export = client.get(f"{export_url}?batch={batch.pk}")
-        rows = list(csv.DictReader(io.StringIO(b"".join(export.streaming_content).decode())))
+        rows = list_rows(b"".join(export.streaming_content))
         assert sorted(int(row["id"]) for row in rows) == expected
 
 

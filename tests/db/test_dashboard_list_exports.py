@@ -4,8 +4,6 @@ cursor. Runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import csv
-import io
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,6 +15,7 @@ from django.urls import reverse
 from dashboard import lists
 from recovery.models import AuditEntry, Task
 from tests.support.factories import make_tasks
+from tests.support.list_csv import list_rows
 from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +50,7 @@ def _csv(response) -> list[dict]:
     assert response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith("attachment;")
     body = b"".join(response.streaming_content).decode()
-    return list(csv.DictReader(io.StringIO(body)))
+    return list_rows(body)
 
 
 def _combined(world):
@@ -172,3 +171,19 @@ def test_a_cell_a_spreadsheet_would_run_is_neutralised(world):
     rows = _csv(_client(world, "admin").get(reverse("dashboard:audit_csv")))
     assert "'=HYPERLINK(1)" in [r["reason"] for r in rows]
     assert "=HYPERLINK(1)" not in [r["reason"] for r in rows]
+
+
+def test_a_whole_export_ends_with_its_row_count_and_a_cut_one_does_not(world):
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks_csv", kwargs={"run_id": world.run.pk})
+    empty = b"".join(client.get(url, {"state": "dead"}).streaming_content).decode()
+    assert empty.splitlines() == [empty.splitlines()[0], "# complete: 0 rows"]
+
+    make_tasks(world.run, 1_200, partition="zeta.test", state="dead", host="zeta.test")
+    chunks = list(client.get(url, {"state": "dead"}).streaming_content)
+    assert len(chunks) > 2  # streamed in keyset chunks: a cut can fall between any two
+    assert len(list_rows(b"".join(chunks))) == 1_200
+    cut = b"".join(chunks[:-1])  # what a saved file holds when the last chunk never came
+    assert cut.count(b"\n") > 1_000
+    with pytest.raises(AssertionError, match="no trailer"):
+        list_rows(cut)

@@ -17,6 +17,7 @@ from django.urls import reverse
 from recovery import keys
 from recovery.models import AuditEntry, Observation, RemoteJob, Task
 from tests.support.factories import make_tasks
+from tests.support.list_csv import list_rows
 from tests.support.world import logged_in, make_users, make_world
 
 pytestmark = pytest.mark.django_db
@@ -329,8 +330,8 @@ def test_a_url_search_finds_any_part_with_contains_on_postgresql_and_the_start_e
             reverse("dashboard:run_tasks_csv", kwargs={"run_id": world.run.pk}),
             {"q": "zeta.test/item/", "match": "contains"},
         )
-        body = b"".join(export.streaming_content).decode()
-        assert {line.split(",")[2] for line in body.splitlines()[1:]} == found
+        rows = list_rows(b"".join(export.streaming_content))
+        assert {row["url"] for row in rows} == found
         with CaptureQueriesContext(connection) as captured:
             client.get(url, {"q": "zeta.test/item/", "match": "contains"})
         # Only the list's own query: the page's worker figures also say LIKE ('remote:%').
@@ -370,8 +371,8 @@ def test_it_filters_tasks_by_http_status_and_attempts_in_the_page_and_its_export
 
     def listed(**params) -> set[int]:
         rows = [row for page in _walk(client, url, params) for row in page]
-        export = b"".join(client.get(csv_url, params).streaming_content).decode()
-        exported = {line.split(",")[0] for line in export.splitlines()[1:]}
+        export = b"".join(client.get(csv_url, params).streaming_content)
+        exported = {row["id"] for row in list_rows(export)}
         assert exported == {str(t.pk) for t in rows}, "the page and its export differ"
         return {t.pk for t in rows}
 

@@ -14,6 +14,7 @@ from recovery import remote
 from recovery.models import RemoteJob, WorkerHeartbeat
 from recovery.ops import liveness
 from tests.support.factories import make_dataset, make_run, make_tasks
+from tests.support.list_csv import list_rows
 from tests.support.world import make_user
 
 pytestmark = pytest.mark.django_db
@@ -170,4 +171,5 @@ def test_a_provider_job_imports_commit_row_is_never_a_worker(short, client):
     assert "remote:3" not in page and "remote:4" not in page
     export = operator.get("/workers.csv?status=all")
     text = b"".join(export.streaming_content).decode()
+    list_rows(text)  # whole
     assert "w-alive" in text and "remote:" not in text

@@ -6,8 +6,6 @@ Runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import time, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +18,7 @@ from recovery import attention
 from recovery.intake import recurrence
 from recovery.models import Schedule
 from tests.support.factories import make_dataset
+from tests.support.list_csv import list_rows
 from tests.support.world import make_users
 
 pytestmark = pytest.mark.django_db
@@ -100,8 +99,7 @@ def _csv(client: Client, params: dict) -> list[dict]:
     response = client.get(CSV, params)
     assert response.status_code == 200, response.content[:300]
     assert response["Content-Type"].startswith("text/csv")
-    body = b"".join(response.streaming_content).decode()
-    return list(csv.DictReader(io.StringIO(body)))
+    return list_rows(b"".join(response.streaming_content))
 
 
 def test_it_pages_past_500_with_every_schedule_exactly_once_and_exports_the_same_rows(users):
@@ -243,7 +241,7 @@ def test_neither_the_page_nor_the_csv_shows_a_manifest_credential(users):
     for secret in ("hunter2", "robot", "s3cr3t", "token="):
         assert secret not in page
         assert secret not in body
-    row = next(csv.DictReader(io.StringIO(body)))
+    row = list_rows(body)[0]
     assert "manifest_source" not in row and "manifest" not in row
     assert row["last_error"] == "2026-12-01: https://feeds.example/m.csv: HTTP 503"
 
