@@ -80,7 +80,7 @@ class Command(BaseCommand):
         else:
             counted = progress.counted(chunks, label, unit="bytes", count=len)
         try:
-            self._write(run.pk, counted, output, binary)
+            self._write(f"run {run.pk}", counted, output, binary)
         except exports.ExportError as exc:
             # A value that does not fit its typed column, found mid-stream (Parquet).
             raise CommandError(f"run {run.pk}: {exc}", returncode=1) from None
@@ -95,7 +95,9 @@ class Command(BaseCommand):
         }
         audit.record(actor(options["actor"]), "export_command", obj, "", **detail)
 
-    def _write(self, run_pk: int, chunks, output: str | None, binary) -> None:
+    def _write(self, label: str, chunks, output: str | None, binary) -> None:
+        """To standard output, or whole to --output (a temporary file renamed), or straight
+        through to a special file."""
         if not output:
             if binary is None:
                 for chunk in chunks:
@@ -113,7 +115,7 @@ class Command(BaseCommand):
             with open(target, "wb") as handle:
                 for chunk in chunks:
                     handle.write(chunk)
-            self.stdout.write(f"run {run_pk}: wrote {target}")
+            self.stdout.write(f"{label}: wrote {target}")
             return
         if not target.parent.is_dir():
             raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
@@ -128,7 +130,7 @@ class Command(BaseCommand):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.stdout.write(f"run {run_pk}: wrote {target} ({size} bytes)")
+        self.stdout.write(f"{label}: wrote {target} ({size} bytes)")
 
     def _latest(self, dataset: str, fmt: str, output: str | None) -> None:
         """The current-state view (recovery.delivery.latest), to standard output or whole to
@@ -144,10 +146,10 @@ class Command(BaseCommand):
         try:
             if not output and binary is None:
                 text = latest.stream(dataset, fmt)
-                counted = progress.counted(text, label, unit="rows", count=_text_lines)
+                counted = progress.counted(text, label, unit="rows", count=_lines)
             elif fmt in latest.TEXT_FORMATS:
                 encoded = latest.stream_bytes(dataset, fmt)
-                counted = progress.counted(encoded, label, unit="rows", count=_byte_lines)
+                counted = progress.counted(encoded, label, unit="rows", count=_lines)
             else:
                 parquet = latest.stream_bytes(dataset, fmt)
                 counted = progress.counted(parquet, label, unit="bytes", count=len)
@@ -156,43 +158,9 @@ class Command(BaseCommand):
         except exports.ExportError as exc:
             raise refuse(exc) from None
         try:
-            self._write_latest(dataset, counted, output, binary)
+            self._write(f"dataset {dataset} latest", counted, output, binary)
         except exports.ExportError as exc:
             raise CommandError(f"dataset {dataset}: {exc}", returncode=1) from None
-
-    def _write_latest(self, dataset: str, chunks, output: str | None, binary) -> None:
-        if not output:
-            self.stdout.flush()
-            if binary is None:
-                for chunk in chunks:
-                    self.stdout.write(chunk, ending="")
-                self.stdout.flush()
-                return
-            for chunk in chunks:
-                binary.write(chunk)
-            binary.flush()
-            return
-        target = Path(output).resolve()
-        if not target.parent.is_dir():
-            raise CommandError(f"--output: directory {target.parent} does not exist", returncode=2)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                for chunk in chunks:
-                    handle.write(chunk)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self.stdout.write(f"dataset {dataset} latest: wrote {target}")
-
-
-def _text_lines(chunk: str) -> int:
-    return chunk.count("\n")
-
-
-def _byte_lines(chunk: bytes) -> int:
-    return chunk.count(b"\n")
 
 
 def _lines(chunk: str | bytes) -> int:
