@@ -42,6 +42,23 @@ def readme_example() -> str:
     return block.group(1)
 
 
+def _allow_sandbox(settings, sandbox) -> None:
+    settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
+
+
+def _manifest(sandbox, tmp_path: Path) -> Path:
+    """The JS shop's product pages, as the README writes the manifest: one URL column."""
+    manifest = tmp_path / "js.csv"
+    manifest.write_text("url\n" + "".join(sandbox.url(f"/js/product/{i}") + "\n" for i in PAGES))
+    return manifest
+
+
+def _expected(sandbox) -> dict[str, dict]:
+    """What the site holds, by SKU: the payloads a correct run commits."""
+    values = (jsshop.expected_values(i, seed=sandbox.seed, pages=sandbox.pages) for i in PAGES)
+    return {v["sku"]: v for v in values}
+
+
 def test_the_readme_example_is_the_example_file():
     assert readme_example() == (ROOT / "examples/js-shop.toml").read_text()
 
@@ -53,13 +70,12 @@ def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
     settings,
 ):
     need_chromium()
-    settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
+    _allow_sandbox(settings, sandbox)
     example = tomllib.loads(readme_example())
     specs.save_dataset(specs.validate(example))
     direct = {**example, "name": "js-direct", "provider": "direct", "provider_options": {}}
     specs.save_dataset(specs.validate(direct))
-    manifest = tmp_path / "js.csv"  # as the README writes it: one URL column
-    manifest.write_text("url\n" + "".join(sandbox.url(f"/js/product/{i}") + "\n" for i in PAGES))
+    manifest = _manifest(sandbox, tmp_path)
     rendered = manifests.create_run("js-shop", "2026-12-01", manifest).run
     plain = manifests.create_run("js-direct", "2026-12-01", manifest).run
     try:
@@ -70,11 +86,7 @@ def test_the_browser_commits_what_the_direct_provider_sees_as_an_empty_shell(
     states = Counter(Task.objects.filter(run=rendered).values_list("state", flat=True))
     assert states == {"committed": len(PAGES)}
     payloads = {o.entity_key: o.payload for o in Observation.objects.filter(run=rendered)}
-    expected = {
-        v["sku"]: v
-        for v in (jsshop.expected_values(i, seed=sandbox.seed, pages=sandbox.pages) for i in PAGES)
-    }
-    assert payloads == expected
+    assert payloads == _expected(sandbox)
 
     plain_tasks = Task.objects.filter(run=plain)
     assert Counter(plain_tasks.values_list("state", "last_error_class")) == {
@@ -93,14 +105,13 @@ def test_a_batch_from_the_archive_re_extracts_rendered_pages_with_no_request(
     price selector matches nothing, version 2 is the example; the batch re-extracts the HTML
     each render kept, with no browser request to the site, and commits what the site holds."""
     need_chromium()
-    settings.SALVAGE_ALLOWED_NETWORKS = [f"127.0.0.1:{sandbox.base_url.rsplit(':', 1)[1]}"]
+    _allow_sandbox(settings, sandbox)
     settings.SALVAGE_ARTEFACT_DIR = tmp_path / "artefacts"
     example = tomllib.loads(readme_example())
     broken = copy.deepcopy(example)
     broken["page_types"]["product"]["fields"]["price"]["selector"] = ".price-was"
     specs.save_dataset(specs.validate(broken))
-    manifest = tmp_path / "js.csv"
-    manifest.write_text("url\n" + "".join(sandbox.url(f"/js/product/{i}") + "\n" for i in PAGES))
+    manifest = _manifest(sandbox, tmp_path)
     run = manifests.create_run("js-shop", "2026-12-01", manifest).run
     requests = sandbox.served._runner.app[jsshop.JS_REQUESTS]
     try:
@@ -129,8 +140,4 @@ def test_a_batch_from_the_archive_re_extracts_rendered_pages_with_no_request(
     sources = archive_pages.batch_sources(batch)
     assert sources == archive_pages.Sources(archive=len(PAGES), fetched=0)
     payloads = {o.entity_key: o.payload for o in Observation.objects.filter(run=run)}
-    expected = {
-        v["sku"]: v
-        for v in (jsshop.expected_values(i, seed=sandbox.seed, pages=sandbox.pages) for i in PAGES)
-    }
-    assert payloads == expected
+    assert payloads == _expected(sandbox)
