@@ -214,14 +214,16 @@ def compile_bytecode(*roots: Path) -> None:
 class SandboxProcess:
     """`manage.py sandbox --port 0 --faults none`, started and waited for (its listening line).
 
-    `extra` adds sandbox options (e.g. --spec-out). It needs no database: DATABASE_URL is
-    dropped from its environment."""
+    `extra` adds sandbox options (e.g. --spec-out); `prefix` runs it under a command (e.g.
+    bench/netns.py's `ip netns exec`). It needs no database: DATABASE_URL is dropped from its
+    environment."""
 
-    def __init__(self, pages: int, workdir: Path, extra: list[str] | tuple[str, ...] = ()):
-        cmd = [PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages", str(pages),
-               "--faults", "none", *extra]  # fmt: skip
+    def __init__(self, pages: int, workdir: Path, extra: list[str] | tuple[str, ...] = (),
+                 prefix: list[str] | tuple[str, ...] = (), name: str = "sandbox-var"):  # fmt: skip
+        cmd = [*prefix, PY, str(ROOT / "manage.py"), "sandbox", "--port", "0", "--pages",
+               str(pages), "--faults", "none", *extra]  # fmt: skip
         env = {**os.environ, "SALVAGE_INSECURE_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
-        env["SALVAGE_DATA_DIR"] = str(workdir / "sandbox-var")
+        env["SALVAGE_DATA_DIR"] = str(workdir / name)
         env.pop("DATABASE_URL", None)
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -14,11 +14,17 @@ speed (tests/bench_smoke/test_db_latency.py runs it at a tiny size).
 
 `--settings`: comma-separated; each is `default` or `+`-joined `batch=N` (work --batch),
 `pipeline=0|1` (SALVAGE_PIPELINE_COMMITS), `concurrency=N` (work --concurrency).
+
+`--netns` (root): the workers run in a network namespace of their own (bench/netns.py), with
+their own sandbox, and reach PostgreSQL across a veth pair through the proxy listening on the
+host's end: sides `netns_0ms` (the link and the proxy, nothing added), `netns_1ms`, ...; the
+`direct` side stays on this namespace's loopback, with a sandbox of its own, as the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PY, ROOT, SandboxProcess, rotated, scratch_database, server_url
 from latency_proxy import DelayProxy
 from loadwatch import LoadWatch
+from netns import WorkerNamespace
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -66,15 +73,24 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def round_trip_ms(url: str, n: int = 30) -> float:
-    import psycopg
+ROUND_TRIP = """
+import sys, time, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    conn.execute("SELECT 1")
+    start = time.perf_counter()
+    for _ in range(int(sys.argv[2])):
+        conn.execute("SELECT 1").fetchone()
+    print(round(1000 * (time.perf_counter() - start) / int(sys.argv[2]), 3))
+"""
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT 1")
-        start = time.perf_counter()
-        for _ in range(n):
-            conn.execute("SELECT 1").fetchone()
-        return round(1000 * (time.perf_counter() - start) / n, 3)
+
+def round_trip_ms(url: str, prefix: list[str] | None = None, n: int = 30) -> float:
+    """The mean round trip of `SELECT 1`, measured where the workers run (under `prefix`)."""
+    done = subprocess.run([*(prefix or []), PY, "-c", ROUND_TRIP, url, str(n)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"round trip to {url}: {done.stderr[-2000:]}")
+    return float(done.stdout)
 
 
 def drop_database(name: str) -> None:
@@ -85,19 +101,20 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def with_port(url: str, port: int) -> str:
+def with_port(url: str, port: int, address: str = "127.0.0.1") -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)
-    host = f"127.0.0.1:{port}"
+    host = f"{address}:{port}"
     return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
 
 
 def collect(env: dict[str, str], url: str, setting: dict[str, str], workers: int, window: str,
-            manifest: Path) -> dict[str, Any]:  # fmt: skip
-    """One run of the manifest by `workers` processes on `url`; pages/s start to last exit."""
+            manifest: Path, prefix: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One run of the manifest by `workers` processes on `url` (started under `prefix`: a
+    namespace's `ip netns exec`); pages/s start to last exit."""
     run_id = manage(env, "createrun", "bench-shop", "--window", window, "--manifest",
                     str(manifest)).strip().splitlines()[-1]  # fmt: skip
-    cmd = [PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0"]
+    cmd = [*(prefix or []), PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0"]
     for flag in ("batch", "concurrency"):
         if flag in setting:
             cmd += [f"--{flag}", setting[flag]]
@@ -139,41 +156,56 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--delays", default="1,10", help="ms added each way, comma-separated")
     parser.add_argument("--settings", default="default")
+    parser.add_argument("--netns", action="store_true",
+                        help="workers in a network namespace, across a veth pair")  # fmt: skip
     parser.add_argument("--save", action="store_true", help="also write bench/results/")
     args = parser.parse_args()
     delays = [float(d) for d in args.delays.split(",") if d]
     settings = {name: parse_setting(name) for name in args.settings.split(",")}
-    sides = ["direct", "proxy_0ms", *(f"proxy_{d:g}ms" for d in delays)]
-
-    watch = LoadWatch(own_processes=args.workers + 2)  # the workers, the sandbox, PostgreSQL
-    workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-latency-"))
-    name = f"salvage_bench_latency_{os.getpid()}"
-    direct_url = scratch_database(name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
-    env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
-               SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
-               DATABASE_URL=direct_url)  # fmt: skip
-    spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
-    sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
-                             str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
-    upstream = urlsplit(direct_url)
-    proxies = {0.0: DelayProxy((upstream.hostname or "127.0.0.1", upstream.port or 5432), 0.0)}
-    proxies.update({d: DelayProxy(proxies[0.0].upstream, d / 1000) for d in delays})
-    rows = []
-    try:
+    kind = "netns" if args.netns else "proxy"
+    sides = ["direct", f"{kind}_0ms", *(f"{kind}_{d:g}ms" for d in delays)]
+    with contextlib.ExitStack() as stack:
+        namespace = stack.enter_context(WorkerNamespace()) if args.netns else None
+        watch = LoadWatch(own_processes=args.workers + 2)  # the workers, the sandbox, PostgreSQL
+        workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-latency-"))
+        name = f"salvage_bench_latency_{os.getpid()}"
+        direct_url = scratch_database(name)
+        stack.callback(drop_database, name)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
+        env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
+                   SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
+                   DATABASE_URL=direct_url)  # fmt: skip
+        spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
+        sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
+                                 str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
+        stack.callback(sandbox.stop)
+        manifests = dict.fromkeys(sides, manifest)
+        prefixes: dict[str, list[str]] = {}
+        if namespace:
+            # The far side's own sandbox, in the namespace beside its workers: the same pages.
+            far = workdir / "far.csv"
+            remote = SandboxProcess(args.pages, workdir, ["--manifest-out", str(far)],
+                                    prefix=namespace.prefix, name="far-sandbox-var")  # fmt: skip
+            stack.callback(remote.stop)
+            for side in sides[1:]:
+                manifests[side], prefixes[side] = far, namespace.prefix
+        upstream = urlsplit(direct_url)
+        listen = namespace.host_address if namespace else "127.0.0.1"
+        target = (upstream.hostname or "127.0.0.1", upstream.port or 5432)
         manage(env, "migrate", "--noinput", "-v", "0")
         manage(env, "loaddataset", str(spec))
-        for proxy in proxies.values():
-            proxy.__enter__()
-        urls = {"direct": direct_url, "proxy_0ms": with_port(direct_url, proxies[0.0].port)}
-        urls.update({f"proxy_{d:g}ms": with_port(direct_url, proxies[d].port) for d in delays})
-        rtt = {side: round_trip_ms(url) for side, url in urls.items()}
+        urls = {"direct": direct_url}
+        for side, delay in zip(sides[1:], [0.0, *delays], strict=True):
+            proxy = stack.enter_context(DelayProxy(target, delay / 1000, host=listen))
+            urls[side] = with_port(direct_url, proxy.port, listen)
+        rtt = {side: round_trip_ms(url, prefixes.get(side)) for side, url in urls.items()}
         # Warm-up, not counted: the first run of a fresh database and interpreter pays for
         # caches every later one finds warm.
         warm = workdir / "warm.csv"
         warm.write_text("".join(manifest.read_text().splitlines(keepends=True)[:101]))
         collect(env, direct_url, {}, args.workers, "warm-up", warm)
         log(f"round trip of SELECT 1 (ms): {rtt}")
+        rows = []
         n = 0
         for setting_name, setting in settings.items():
             reps = []
@@ -182,16 +214,12 @@ def main() -> int:
                 for side in rotated(tuple(sides), rep):
                     n += 1
                     sample[side] = collect(env, urls[side], setting, args.workers, f"w{n}",
-                                           manifest)  # fmt: skip
+                                           manifests[side], prefixes.get(side))  # fmt: skip
                     log(f"{setting_name} rep {rep + 1} {side}: {sample[side]}")
                 reps.append(sample)
             rows.append({**summarise(setting_name, reps, sides), "round_trip_ms": rtt})
-    finally:
-        for proxy in proxies.values():
-            proxy.close()
-        sandbox.stop()
-        drop_database(name)
     summary = {"bench": "db_latency", "pages": args.pages, "workers": args.workers,
+               "network": "netns" if args.netns else "loopback",
                "delays_ms_each_way": delays, "results": rows, **watch.finish()}  # fmt: skip
     line = json.dumps(summary)
     if args.save:

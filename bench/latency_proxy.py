@@ -1,4 +1,4 @@
-"""A TCP proxy on loopback that delays every byte by a fixed time in each direction.
+"""A TCP proxy (on loopback unless told) that delays every byte by a fixed time in each direction.
 
 What a worker on another machine sees of PostgreSQL: each round trip costs twice the delay
 (e.g. 1 ms each way, a host in the same zone; 10 ms, another zone or region). Bandwidth is
@@ -19,9 +19,10 @@ import threading
 
 
 class DelayProxy:
-    def __init__(self, upstream: tuple[str, int], delay: float) -> None:
+    def __init__(self, upstream: tuple[str, int], delay: float, host: str = "127.0.0.1") -> None:
         self.upstream = upstream
         self.delay = delay
+        self.host = host  # the address it listens on (bench/netns.py: the host end of a veth)
         self.port = 0
         self.connections = 0
         self._loop = asyncio.new_event_loop()
@@ -38,7 +39,7 @@ class DelayProxy:
         self.close()
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, self.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter):

@@ -6,6 +6,8 @@ The figures mean nothing at this size and are not checked; the proxy's delay is 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from urllib.parse import urlsplit, urlunsplit
@@ -62,3 +64,50 @@ def test_db_latency_bench(latency_proxy):
         assert row[f"{side}_pages_per_s"] > 0
     assert row["ratio_proxy_1ms_min"] <= row["ratio_proxy_1ms"] <= row["ratio_proxy_1ms_max"]
     assert row["round_trip_ms"]["proxy_1ms"] >= 2.0
+
+
+@pytest.fixture
+def netns():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import netns
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    return netns
+
+
+REACH = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)"
+
+
+def test_the_workers_namespace_reaches_postgresql_only_across_the_link(latency_proxy, netns):
+    server = urlsplit(server_url())
+    port = server.port or 5432
+
+    namespace = netns.WorkerNamespace(f"t{os.getpid()}")
+
+    def reach(host: str, to: int) -> int:
+        argv = [*namespace.prefix, sys.executable, "-c", REACH, host, str(to)]
+        return subprocess.run(argv, capture_output=True, timeout=60).returncode
+
+    upstream = (server.hostname or "127.0.0.1", port)
+    with namespace, latency_proxy(upstream, 0.0, host=namespace.host_address) as proxy:
+        assert reach("127.0.0.1", port) != 0  # the host's loopback is not the namespace's
+        assert reach(namespace.host_address, proxy.port) == 0
+        assert proxy.connections == 1
+    # Gone on exit: asking for its processes fails.
+    assert subprocess.run(["ip", "netns", "pids", namespace.name], capture_output=True).returncode
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_db_latency_bench_across_namespaces(latency_proxy, netns):
+    summary = run_bench("db_latency.py", "--pages", "60", "--reps", "1", "--delays", "1", "--netns")
+    assert summary["network"] == "netns"
+    (row,) = summary["results"]
+    assert row["complete"]
+    for side in ("direct", "netns_0ms", "netns_1ms"):
+        assert row[f"{side}_pages_per_s"] > 0
+    assert row["round_trip_ms"]["netns_1ms"] >= 2.0
