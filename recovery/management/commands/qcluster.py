@@ -11,6 +11,12 @@ SALVAGE_DB_OUTAGE_LIMIT the cluster is stopped and the command exits 1 with one 
 `work`, `dispatch` and `deliver`. The cluster's own processes meanwhile wait quietly
 (recovery.ops.qcluster_outage).
 
+Started while the database (or the Redis broker) does not answer, it waits the same way before
+it starts the cluster (django-q2's sentinel connects as it starts, and a refused connection
+ended the command at once): one line when it finds either down, one when it is back, then the
+cluster starts; past SALVAGE_DB_OUTAGE_LIMIT it exits 1 with one line, and SIGTERM or SIGINT
+meanwhile ends it at once with exit 0, no cluster started.
+
 If the sentinel exits without being asked (killed, or a fault in django-q2), the command
 exits 1 with one line, so a supervisor restarting on failure starts a new cluster.
 
@@ -41,9 +47,11 @@ WATCH_SECONDS = 0.5
 STOP_GRACE_SECONDS = 20.0
 
 
-def probe() -> None:
+def probe() -> bool:
+    """True when the database and the broker answer; an outage error otherwise."""
     outage.probe_database()
     outage.probe_broker()
+    return True
 
 
 class Command(DjangoQCommand):
@@ -57,14 +65,27 @@ class Command(DjangoQCommand):
         # cluster is drained below, not in the handler. Installed before the cluster starts,
         # which keeps it (a signal during start-up stops the cluster once it runs).
         stopping.stop_on_signals(stop)
+        worker = liveness.new_worker_id(liveness.WorkerKind.QCLUSTER)
+        guard = outage.OutageGuard("qcluster", stop=stop)
+        # The sentinel's broker connects to the database as the sentinel starts, and a refused
+        # connection there ended the command with a traceback: wait for the database and the
+        # broker first, as the other loops' first step does.
+        try:
+            while not stop.is_set() and not guard.step(probe):
+                pass  # the guard has waited out an outage (or a stop came): probe again
+        except outage.DatabaseOutage as exc:
+            raise logs.gave_up(str(exc), log, worker=worker) from None
+        if stop.is_set():  # stopped while waiting: no cluster was started
+            logs.event(log, "worker_stopped", "qcluster %s stopped", worker, worker=worker)
+            return
+        # The probe's connection must not be shared with the processes forked below.
+        outage.close_connections()
         cluster = Cluster()
         cluster.start()  # forks the sentinel first: no heartbeat thread exists to be forked
         if options.get("run_once"):
             cluster.stop()
             return
-        guard = outage.OutageGuard("qcluster", stop=stop)
-        heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER)
-        worker = heartbeat.worker_id
+        heartbeat = liveness.start(liveness.WorkerKind.QCLUSTER, worker)
         logs.event(log, "worker_started", "qcluster %s started", worker, worker=worker)
         try:
             while cluster.sentinel.is_alive() and not stop.is_set():
