@@ -131,8 +131,7 @@ def test_every_process_rides_out_fast_and_immediate_restarts_and_a_30_s_stop(
                 supervisor.start("deliver", manage_py("deliver", "--interval", "0.5"), env=env),
             ]
             # Each loop running before the database first goes: what is under test is riding
-            # out an outage, not starting during one (a qcluster whose sentinel met the
-            # shutdown while still starting exits 1, for its supervisor to start it again).
+            # out an outage, not starting during one (tests/worker/test_start_during_outage.py).
             wait_until(lambda: all(map(started, procs)), timeout=120, what="every loop started")
             for what, event in events:
                 wave = WAVE
