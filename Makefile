@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 RUNTIME := $(VENV)/.runtime-installed
 
-.PHONY: install install-bench demo test lint types soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser bench-validation bench-db-latency bench-archive clean
+.PHONY: install install-bench demo test lint types soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser bench-validation bench-db-latency bench-archive bench-sizing clean
 
 install: $(STAMP)
 
@@ -65,7 +65,7 @@ soak: install
 		--db-outage-every $(SOAK_OUTAGE_EVERY) --db-outage-seconds $(SOAK_OUTAGE_SECONDS) --json
 
 # Each bench ends with one JSON line, "headline": false when the box was busy (bench/README.md).
-bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser bench-validation bench-db-latency bench-archive
+bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser bench-validation bench-db-latency bench-archive bench-sizing
 
 bench-manifest: install
 	$(BIN)/python bench/manifest.py
@@ -96,6 +96,10 @@ bench-db-latency: install
 bench-archive: install
 	$(BIN)/python bench/archive.py $(BENCH_ARGS)
 
+# docs/production.md's sizing table: memory, connections, database CPU and bytes per page.
+bench-sizing: install
+	$(BIN)/python bench/sizing.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var
 
@@ -110,7 +114,7 @@ help:
 	@echo "make types            mypy: strict modules clean, no error beyond .mypy-baseline.txt"
 	@echo "make soak             the recovery drill as a soak on PostgreSQL (SOAK_* variables)"
 	@echo "make bench            every benchmark; one alone: make bench-NAME, NAME one of"
-	@echo "                      manifest claim scrape export validation dashboard browser db-latency archive"
+	@echo "                      manifest claim scrape export validation dashboard browser db-latency archive sizing"
 	@echo "make clean            remove .venv and var/"
 	@echo "make help             this list"
 	@echo "Deployment (systemd, Procfile, compose, nginx): docs/production.md"

@@ -477,3 +477,21 @@ def test_archive_bench():
     # Every page archived once, compressed: fewer bytes on disk than its body.
     assert summary["archive_files"] == 40
     assert 0 < summary["archive_bytes_per_page"] < summary["body_bytes_per_page"]
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sizing_bench():
+    if not on_postgres():
+        pytest.skip("the sizing bench reads PostgreSQL's relation sizes and backends")
+    summary = run_bench("sizing.py", "--pages", "200", "--workers", "2")
+    assert summary["bench"] == "sizing" and summary["complete"]
+    assert summary["committed"] == 200
+    # Per `work` on PostgreSQL: its own, the commit lane's and (once it has beaten) its
+    # heartbeat thread's: production.md's sizing says three.
+    assert 2 * 2 <= summary["connections_peak"] <= 3 * 2
+    assert summary["worker_rss_mb_peak"] > 20
+    tables = summary["tables_bytes_per_task"]
+    assert tables["recovery_task"] > 0 and tables["recovery_observation"] > 0
+    assert summary["db_bytes_per_task"] >= sum(tables.values())
+    assert summary["artefact_files"] == 200 and summary["artefact_bytes_per_page"] > 0
