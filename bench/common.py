@@ -185,6 +185,16 @@ class DatabaseCpu:
         return self.at(end) - self.at(start)
 
 
+def tree_bytes(root: Path) -> tuple[int, int]:
+    """Bytes and files under `root` (0, 0 when it does not exist)."""
+    total = files = 0
+    for path in root.rglob("*"):
+        if path.is_file():
+            total += path.stat().st_size
+            files += 1
+    return total, files
+
+
 def rotated(kinds: tuple[str, ...], rep: int) -> tuple[str, ...]:
     """The order of the sides in repetition `rep`: rotated by one each repetition (ABC, BCA,
     CAB, ...), so every side sits in every position equally often and none always in the

@@ -13,7 +13,8 @@ speed (tests/bench_smoke/test_db_latency.py runs it at a tiny size).
         --settings default,batch=200,pipeline=0 --save
 
 `--settings`: comma-separated; each is `default` or `+`-joined `batch=N` (work --batch),
-`pipeline=0|1` (SALVAGE_PIPELINE_COMMITS), `concurrency=N` (work --concurrency).
+`pipeline=0|1` (SALVAGE_PIPELINE_COMMITS), `concurrency=N` (work --concurrency), `archive=0|1`
+(SALVAGE_ARCHIVE_PAGES).
 
 `--netns` (root): the workers run in a network namespace of their own (bench/netns.py), with
 their own sandbox, and reach PostgreSQL across a veth pair through the proxy listening on the
@@ -57,8 +58,10 @@ def parse_setting(text: str) -> dict[str, str]:
     setting = {}
     for part in text.split("+"):
         key, _, value = part.partition("=")
-        if key not in ("batch", "pipeline", "concurrency") or not value.isdigit():
-            raise SystemExit(f"--settings: {part!r} is not batch=N, pipeline=0|1 or concurrency=N")
+        if key not in ("batch", "pipeline", "concurrency", "archive") or not value.isdigit():
+            raise SystemExit(
+                f"--settings: {part!r} is not batch=N, pipeline=0|1, concurrency=N or archive=0|1"
+            )
         setting[key] = value
     return setting
 
@@ -121,6 +124,8 @@ def collect(env: dict[str, str], url: str, setting: dict[str, str], workers: int
     run_env = {**env, "DATABASE_URL": url}
     if "pipeline" in setting:
         run_env["SALVAGE_PIPELINE_COMMITS"] = setting["pipeline"]
+    if "archive" in setting:
+        run_env["SALVAGE_ARCHIVE_PAGES"] = setting["archive"]
     start = time.perf_counter()
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=run_env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE) for _ in range(workers)]  # fmt: skip

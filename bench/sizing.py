@@ -37,7 +37,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PY, ROOT, DatabaseCpu, SandboxProcess, drop_database, scratch_database
+from common import (
+    PY,
+    ROOT,
+    DatabaseCpu,
+    SandboxProcess,
+    drop_database,
+    scratch_database,
+    tree_bytes,
+)
 from loadwatch import LoadWatch
 
 RESULTS = ROOT / "bench" / "results"
@@ -107,16 +115,6 @@ def sizes(url: str) -> dict[str, int]:
             query = "SELECT pg_total_relation_size(%s::regclass)"
             found[table] = conn.execute(query, (table,)).fetchone()[0]
         return found
-
-
-def tree_bytes(root: Path) -> tuple[int, int]:
-    """Bytes and files under `root` (0, 0 when it does not exist)."""
-    total = files = 0
-    for path in root.rglob("*"):
-        if path.is_file():
-            total += path.stat().st_size
-            files += 1
-    return total, files
 
 
 def main() -> int:

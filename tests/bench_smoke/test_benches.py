@@ -495,3 +495,16 @@ def test_sizing_bench():
     assert tables["recovery_task"] > 0 and tables["recovery_observation"] > 0
     assert summary["db_bytes_per_task"] >= sum(tables.values())
     assert summary["artefact_files"] == 200 and summary["artefact_bytes_per_page"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_archive_run_bench():
+    if not on_postgres():
+        pytest.skip("whole `work` runs pipeline their commits on PostgreSQL, as deployed")
+    summary = run_bench("archive_run.py", "--pages", "60", "--reps", "2")
+    assert summary["bench"] == "archive_run" and summary["complete"]
+    assert [set(sample) for sample in summary["samples"]] == [{"on", "off"}] * 2
+    assert summary["ratio_on_off_min"] <= summary["ratio_on_off"] <= summary["ratio_on_off_max"]
+    # Each `on` side wrote every page into its own empty archive; `off` wrote none.
+    assert summary["archive_files"] == [60, 60] and summary["archive_bytes_per_page"] > 0
