@@ -86,9 +86,13 @@ def check_window(window: str) -> str:
     return window
 
 
-def detect_format(path: Path, text: str) -> str:
-    """By extension (.csv, .jsonl/.ndjson, .txt), else by content."""
-    by_ext = _EXTENSIONS.get(path.suffix.lower())
+def detect_format(name: str | Path, text: str) -> str:
+    """By extension (.csv, .jsonl/.ndjson, .txt: of the path, or of a URL's path whatever its
+    query), else by content."""
+    name = str(name)
+    if "://" in name:
+        name = urlsplit(name).path
+    by_ext = _EXTENSIONS.get(Path(name).suffix.lower())
     if by_ext:
         return by_ext
     first = next((line.strip() for line in text.split("\n") if line.strip()), "")
@@ -200,7 +204,8 @@ def parse(
     own file name, while `path` is where the upload was spooled); by default the path.
     """
     path = Path(path)
-    label = Path(name) if name else path
+    # What messages call it: a URL stays a URL (a Path would fold its "//").
+    label = name or str(path)
     try:
         data = path.read_bytes()
     except OSError as exc:

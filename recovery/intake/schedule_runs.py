@@ -41,9 +41,11 @@ from django.utils import timezone
 from recovery import failures
 from recovery.delivery.outbox import public_text
 from recovery.fetch import sitemaps
+from recovery.intake import manifest_credentials as credentials
 from recovery.intake import manifests, recurrence
 from recovery.intake.recurrence import ScheduleError
 from recovery.models import Run, Schedule, Task
+from recovery.ops.logs import redact
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +183,7 @@ def materialised(schedule: Schedule) -> Iterator[tuple[str | None, str]]:
         text = _previous_manifest(schedule)
         suffix, name = ".csv", f"the run of window {schedule.last_window}"
     elif urlsplit(source).scheme.lower() in ("http", "https"):
-        body = asyncio.run(_fetch(source))
+        body = asyncio.run(_fetch(credentials.filled(source), shown=source))
         suffix = Path(urlsplit(source).path).suffix.lower() or ".txt"
         if suffix not in (".csv", ".jsonl", ".ndjson", ".txt"):
             suffix = ".txt"
@@ -199,7 +201,9 @@ def materialised(schedule: Schedule) -> Iterator[tuple[str | None, str]]:
             os.unlink(path)
 
 
-async def _fetch(url: str) -> str:
+async def _fetch(url: str, shown: str) -> str:
+    """The manifest at `url`; errors name it as `shown` (the source as stored, its
+    credentials still placeholders)."""
     from recovery.fetch.errors import FetchError
     from recovery.fetch.fetcher import Fetcher
 
@@ -207,15 +211,15 @@ async def _fetch(url: str) -> str:
     try:
         page = await fetcher.fetch(url)
     except FetchError as exc:
-        raise ScheduleError("manifest", f"{url}: {exc.detail}") from None
+        raise ScheduleError("manifest", f"{shown}: {redact(exc.detail)}") from None
     finally:
         await fetcher.aclose()
     if not 200 <= page.status < 300:
-        raise ScheduleError("manifest", f"{url}: HTTP {page.status}")
+        raise ScheduleError("manifest", f"{shown}: HTTP {page.status}")
     try:
         return page.body.decode("utf-8")
     except UnicodeDecodeError:
-        raise ScheduleError("manifest", f"{url}: the manifest is not UTF-8") from None
+        raise ScheduleError("manifest", f"{shown}: the manifest is not UTF-8") from None
 
 
 def _previous_manifest(schedule: Schedule) -> str:

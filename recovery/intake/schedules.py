@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from recovery import audit, keys
 from recovery.delivery.outbox import public_text
+from recovery.intake import manifest_credentials as credentials
 from recovery.intake import manifest_parsing
 from recovery.intake import recurrence as recurrences
 from recovery.intake.recurrence import (
@@ -107,13 +108,19 @@ def check_source(source: str, within: Path | None = None) -> str:
         url = source.removeprefix(SITEMAP_PREFIX).strip()
         if urlsplit(url).scheme.lower() not in ("http", "https"):
             raise ScheduleError("manifest", f"{source!r}: use sitemap:<http(s) URL of a sitemap>")
+        if "${" in url or credentials.problem(url):
+            raise ScheduleError(
+                "manifest",
+                f"{public_text(source)}: a sitemap source takes no credential "
+                "(the URLs of its pages are stored as tasks)",
+            )
         try:
             return SITEMAP_PREFIX + keys.canonical_url(url)
         except keys.InvalidURL as exc:
             raise ScheduleError("manifest", f"{source!r}: {exc}") from None
     scheme = urlsplit(source).scheme.lower()
     if scheme in ("http", "https"):
-        return source
+        return _without_credentials(source)
     if scheme and len(scheme) > 1:
         raise ScheduleError(
             "manifest", f"{source!r}: a file path, an http(s) URL, sitemap:<URL> or 'previous'"
@@ -123,6 +130,15 @@ def check_source(source: str, within: Path | None = None) -> str:
     if not Path(source).is_file():
         raise ScheduleError("manifest", f"{source!r}: no such file")
     return str(Path(source).resolve())
+
+
+def _without_credentials(source: str) -> str:
+    """An http(s) source whose credentials are ${SALVAGE_MANIFEST_...} placeholders (stored as
+    written, filled in at each fetch: recovery.intake.manifest_credentials)."""
+    why = credentials.problem(source)
+    if why:
+        raise ScheduleError("manifest", f"{public_text(source)}: {why}")
+    return source
 
 
 def check_catch_up(value: str) -> tuple[str, int]:

@@ -37,9 +37,8 @@ _SECRET_VARIABLES = (
 
 def redact_line(text: str) -> str:
     text = redact_credentials(text)
-    for name in _SECRET_VARIABLES:
-        value = os.environ.get(name, "")
-        if len(value) >= 6:
+    for name, value in os.environ.items():
+        if (name in _SECRET_VARIABLES or name.startswith("SALVAGE_MANIFEST_")) and len(value) >= 6:
             text = text.replace(value, "[redacted]")
     return text
 

@@ -34,6 +34,9 @@ _HOOK_PATH = re.compile(r"(/hooks/[A-Za-z0-9_-]+/)[^/?#\s\"']+")
 _SECRET_HEADER = re.compile(r"(?i)\b(x-api-key|authorization)(\"?\s*[:=]\s*\"?)([^\s\"',}]+)")
 
 
+MANIFEST_PREFIX = "SALVAGE_MANIFEST_"
+
+
 def configured_secrets() -> list[str]:
     names = (
         "MESSORA_API_KEY",
@@ -43,7 +46,10 @@ def configured_secrets() -> list[str]:
         "SALVAGE_METRICS_TOKEN",
         "SECRET_KEY",
     )
-    return [value for name in names if len(value := getattr(settings, name, "") or "") >= 6]
+    found = [value for name in names if len(value := getattr(settings, name, "") or "") >= 6]
+    # A schedule's manifest credentials (recovery.intake.manifest_credentials) live here only.
+    found += [v for k, v in os.environ.items() if k.startswith(MANIFEST_PREFIX) and len(v) >= 6]
+    return found
 
 
 def redact_credentials(text: str) -> str:

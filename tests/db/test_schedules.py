@@ -3,6 +3,7 @@ changes and missed windows, with time travelled by time-machine and the dispatch
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -12,7 +13,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from recovery.intake import schedule_runs, schedules
+from recovery.intake.recurrence import ScheduleError
 from recovery.models import AuditEntry, Run, Schedule, Task
+from recovery.ops.logs import redact
 from recovery.sandbox.runner import start_in_thread
 from tests.support.factories import make_dataset
 
@@ -375,11 +378,49 @@ def test_the_schedules_page_shows_windows_and_lets_only_admins_pause(manifest):
     assert "Resume</button>" in html
 
 
-def test_a_manifest_urls_credentials_reach_neither_the_audit_log_nor_the_stored_error():
+def test_a_credential_written_in_a_manifest_url_is_refused_and_nothing_stored():
+    dataset = make_dataset()
+    for source, what in [
+        ("https://ops:HUNTER2@feeds.test/m.csv", "a user or password"),
+        ("https://ghp_TOKENAS_USER@feeds.test/m.csv", "a user or password"),
+        ("https://ops:${SALVAGE_MANIFEST_PW}@feeds.test/m.csv", "refused by the fetcher"),
+        ("https://feeds.test/m.csv?format=csv&access_token=TOKEN-ONE", "'access_token'"),
+        ("https://feeds.test/m.csv?X-Amz-Signature=SIGNED", "'X-Amz-Signature'"),
+    ]:
+        with pytest.raises(schedules.ScheduleErrors) as refused:
+            schedules.check_settings(
+                daily="06:00", tz="UTC", window_format="%Y-%m-%d", source=source,
+                catch_up="latest",
+            )  # fmt: skip
+        message = str(refused.value)
+        assert what in message and "${SALVAGE_MANIFEST_<NAME>}" in message, message
+        for secret in ("HUNTER2", "TOKENAS", "TOKEN-ONE", "SIGNED"):
+            assert secret not in message
+    # Only the deployment's own manifest variables are filled in, and a sitemap takes none.
+    for source, why in [
+        ("https://feeds.test/m.csv?token=${SECRET_KEY}", "only ${SALVAGE_MANIFEST_<NAME>}"),
+        ("sitemap:https://x.test/s.xml?token=${SALVAGE_MANIFEST_T}", "takes no credential"),
+    ]:
+        with pytest.raises(ScheduleError, match=re.escape(why)):
+            schedules.check_source(source)
+    assert not Schedule.objects.filter(dataset=dataset).exists()
+    # A query without a credential, or with each as a placeholder, is stored as written.
+    for source in (
+        "https://feeds.test/m.csv?format=csv&page=2",
+        "https://feeds.test/m.csv?api_key=${SALVAGE_MANIFEST_A}${SALVAGE_MANIFEST_B}",
+    ):
+        assert schedules.check_source(source) == source
+
+
+def test_a_manifest_credential_comes_from_the_environment_and_is_stored_nowhere(monkeypatch):
     from aiohttp import web
 
+    served = {"status": 200}
+
     async def export(request):
-        return web.Response(status=503, text="down")
+        if request.query.get("token") != "TOKEN-ONE":
+            return web.Response(status=401, text="who are you")
+        return web.Response(status=served["status"], text="url\nhttps://shop.test/p/7\n")
 
     app = web.Application()
     app.router.add_get("/export.csv", export)
@@ -387,35 +428,36 @@ def test_a_manifest_urls_credentials_reach_neither_the_audit_log_nor_the_stored_
     try:
         dataset = make_dataset()
         host = server.base_url.split("://", 1)[1]
-        source = f"http://ops:HUNTER2@{host}/export.csv?token=TOKEN-ONE"
+        source = f"http://{host}/export.csv?format=csv&token=${{SALVAGE_MANIFEST_TOKEN}}"
         make_schedule(
             dataset, None, created=datetime(2026, 5, 1, tzinfo=UTC), daily="06:00", source=source
         )
+        # Not set yet: the schedule fails, names the variable, and is retried.
         with time_machine.travel(datetime(2026, 5, 1, 7, tzinfo=UTC), tick=False):
             assert schedule_runs.run_due() == 0
         schedule = Schedule.objects.get(dataset=dataset)
-        assert schedule.failures == 1 and "export.csv" in schedule.last_error
-        # Only the credential changes: the audit entry says so, without either value.
-        settings = schedules.check_settings(
-            daily="06:00",
-            tz="UTC",
-            window_format="%Y-%m-%d",
-            source=source.replace("TOKEN-ONE", "TOKEN-TWO"),
-            catch_up="latest",
-        )
-        changed = schedules.change(dataset.name, "nightly", settings, paused=False, actor="t")
-        assert "manifest" in changed
-        schedules.remove(dataset.name, "nightly", actor="t", reason="gone")
-        entries = list(AuditEntry.objects.filter(action__startswith="schedule_"))
-        assert {e.action for e in entries} >= {
-            "schedule_added",
-            "schedule_changed",
-            "schedule_removed",
-        }
-        stored = repr([(e.action, e.reason, e.detail) for e in entries]) + schedule.last_error
-        for secret in ("HUNTER2", "TOKEN-ONE", "TOKEN-TWO", "ops:"):
-            assert secret not in stored, stored
-        (change,) = [e for e in entries if e.action == "schedule_changed"]
-        assert "credentials or query changed" in change.detail["changed"]["manifest"][1]
+        assert "SALVAGE_MANIFEST_TOKEN is not set" in schedule.last_error
+        monkeypatch.setenv("SALVAGE_MANIFEST_TOKEN", "TOKEN-ONE")
+        served["status"] = 503  # a failing fetch quotes the source as stored
+        with time_machine.travel(schedule.retry_at, tick=False):
+            assert schedule_runs.run_due() == 0
+        schedule.refresh_from_db()
+        assert "HTTP 503" in schedule.last_error
+        served["status"] = 200
+        with time_machine.travel(schedule.retry_at, tick=False):
+            made = schedule_runs.run_due()
+        schedule.refresh_from_db()
+        assert made == 1, schedule.last_error
+        run = Run.objects.get(dataset=dataset)
+        assert list(Task.objects.filter(run=run).values_list("url", flat=True)) == [
+            "https://shop.test/p/7"
+        ]
+        schedule.refresh_from_db()
+        assert schedule.manifest_source == source  # the placeholders, as written
+        stored = repr(list(AuditEntry.objects.values_list("action", "reason", "detail")))
+        stored += schedule.manifest_source + schedule.last_error + repr(run.__dict__)
+        assert "TOKEN-ONE" not in stored, stored
+        # And the logs: the variable's value is redacted wherever a line quotes it.
+        assert redact("failed: TOKEN-ONE was refused") == "failed: [redacted] was refused"
     finally:
         server.stop()
