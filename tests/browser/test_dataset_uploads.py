@@ -136,3 +136,37 @@ def test_an_operator_sees_datasets_but_cannot_upload(transactional_db, live_serv
     page.locator("#datasets").get_by_role("link", name="shop").click()
     expect(page.locator("#spec")).to_be_attached()
     expect(page.locator("#manifest-upload")).to_have_count(0)
+
+
+def test_a_version_saved_meanwhile_draws_the_diff_again_and_cancel_stores_nothing(
+    transactional_db, live_server, page, tmp_path
+):
+    make_users()
+    call_command("loaddataset", str(SHOP_SPEC), stdout=io.StringIO())
+    versions = {}
+    for version in ("2", "3"):
+        versions[version] = tmp_path / f"v{version}" / "shop.toml"
+        versions[version].parent.mkdir()
+        versions[version].write_text(
+            SHOP_SPEC.read_text().replace('scraper_version = "1"', f'scraper_version = "{version}"')
+        )
+    log_in(page, live_server, "adam")
+    page.goto(f"{live_server.url}/datasets/")
+    page.set_input_files("#spec-upload input[type=file]", str(versions["2"]))
+    page.get_by_role("button", name="Upload spec").click()
+    expect(page.locator("#spec-diff .diff-add")).to_have_text(['+  "scraper_version": "2"'])
+    expect(page.locator("#spec-moved")).to_have_count(0)
+
+    # Another admin saves version 3 while this one reads the diff against version 1.
+    call_command("loaddataset", str(versions["3"]), stdout=io.StringIO())
+    page.get_by_role("button", name="Replace spec").click()
+    # Not saved over it: the diff again, now against version 3, and said so.
+    expect(page.locator("#spec-moved")).to_be_visible()
+    expect(page.locator("#spec-diff .diff-del")).to_have_text(['-  "scraper_version": "3"'])
+    expect(page.locator("#spec-diff .diff-add")).to_have_text(['+  "scraper_version": "2"'])
+    assert Dataset.objects.get(name="shop").spec["scraper_version"] == "3"
+
+    page.get_by_role("link", name="Cancel").click()
+    expect(page).to_have_url(f"{live_server.url}/datasets/")
+    assert Dataset.objects.get(name="shop").spec["scraper_version"] == "3"
+    assert not AuditEntry.objects.filter(action="dataset_updated", actor="adam").exists()
