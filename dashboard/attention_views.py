@@ -104,7 +104,8 @@ def attention_page(request: HttpRequest) -> HttpResponse:
             "items": [(item, _item_href(c.key, item)) for item in c.items],
         }
         for c in shown
-        if c.count
+        if c.count or c.note
     ]
-    clear = [c.label for c in shown if not c.count]
+    # "Checked, nothing found" only for a condition looked at in full.
+    clear = [c.label for c in shown if not c.count and not c.note]
     return render(request, "dashboard/attention.html", {"waiting": waiting, "clear": clear})

@@ -110,6 +110,8 @@ class Condition:
     key: str
     count: int  # at most CAP + 1; `capped` when it reached that
     items: tuple[Item, ...] = ()
+    # What was not looked at, said beside the count (overdue schedules past MAX_SCHEDULES).
+    note: str = ""
 
     @property
     def capped(self) -> bool:
@@ -194,18 +196,28 @@ def failing_deliveries() -> QuerySet[OutboxEvent]:
 def overdue_schedules(now: datetime | None = None) -> list[tuple[Schedule, datetime, str]]:
     """(schedule, its oldest late instant, that window) for each overdue schedule, by dataset:
     recovery.intake.recurrence.overdue, the one definition the Schedules page also shows."""
-    now = now or timezone.now()
+    return _overdue(now or timezone.now())[0]
+
+
+def _overdue(now: datetime) -> tuple[list[tuple[Schedule, datetime, str]], int]:
+    """overdue_schedules(now), and how many active schedules past MAX_SCHEDULES were not
+    looked at (each is evaluated in Python: recurrence rules are not SQL)."""
     active = (
         Schedule.objects.select_related("dataset")
         .filter(paused=False)
         .order_by("dataset__name", "name")
     )
+    looked = list(active[: MAX_SCHEDULES + 1])
+    unchecked = 0
+    if len(looked) > MAX_SCHEDULES:
+        looked = looked[:MAX_SCHEDULES]
+        unchecked = active.count() - MAX_SCHEDULES
     found = []
-    for schedule in active[:MAX_SCHEDULES]:
+    for schedule in looked:
         late = recurrence.overdue(schedule, now)
         if late is not None:
             found.append((schedule, *late))
-    return found
+    return found, unchecked
 
 
 def _tasks_due() -> bool:
@@ -303,14 +315,21 @@ def summary(now: datetime | None = None, *, items: bool = False) -> Summary:
         )
     conditions.append(Condition(FAILING_DELIVERIES, count, listed))
 
-    overdue = overdue_schedules(now)
+    overdue, unchecked = _overdue(now)
     listed = ()
     if items:
         listed = tuple(
             Item(s.pk, str(s), _late(instant, window, s.last_error))
             for s, instant, window in overdue[:ITEMS]
         )
-    conditions.append(Condition(OVERDUE_SCHEDULES, len(overdue), listed))
+    note = (
+        f"only the first {MAX_SCHEDULES:,} active schedules (by dataset and name) were looked "
+        f"at; {unchecked:,} more were not: the Schedules page and "
+        "salvage_schedule_overdue_seconds show each one"
+        if unchecked
+        else ""
+    )
+    conditions.append(Condition(OVERDUE_SCHEDULES, len(overdue), listed, note))
 
     workers = dead_workers(now)
     count = _count(workers)

@@ -318,3 +318,22 @@ def test_it_caps_a_count(world, monkeypatch):
         OutboxEvent.objects.create(event_type="accepted", state="failed")
     condition = attention.summary().get(attention.FAILING_DELIVERIES)
     assert (condition.count, condition.shown) == (3, "2+")
+
+
+def test_it_says_when_schedules_past_its_limit_were_not_looked_at(world, monkeypatch):
+    monkeypatch.setattr(attention, "MAX_SCHEDULES", 2)
+    for name in ("a-on-time", "b-on-time"):
+        _caught_up(_schedule(name))
+    late = _schedule("c-late")  # by dataset and name, past the limit: never evaluated
+    condition = attention.summary().get(attention.OVERDUE_SCHEDULES)
+    assert condition.count == 0
+    assert "1 more were not" in condition.note
+    html = logged_in(world, "operator").get(reverse("dashboard:attention")).content.decode()
+    assert 'id="attention-note-overdue_schedules"' in html
+    clear = re.search(r'id="attention-clear">([^<]*)<', html)
+    assert clear and "Overdue schedules" not in clear.group(1)  # not "checked, nothing found"
+
+    monkeypatch.setattr(attention, "MAX_SCHEDULES", 3)  # all looked at: found, and no note
+    condition = attention.summary(items=True).get(attention.OVERDUE_SCHEDULES)
+    assert (condition.count, condition.note) == (1, "")
+    assert [item.pk for item in condition.items] == [late.pk]
