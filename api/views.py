@@ -65,6 +65,35 @@ DOWNLOAD_PARAMETERS = [
         "If-Range", str, OpenApiParameter.HEADER, description="Range only if this ETag still holds."
     ),
 ]
+# What a download's response carries (api/downloads.py), on 200, 206 and 304 alike.
+_SENT = [200, 206, 304]
+DOWNLOAD_HEADERS = [
+    OpenApiParameter(
+        "ETag", str, OpenApiParameter.HEADER, response=_SENT,
+        description="The content's hash: send it back as If-None-Match or If-Range.",
+    ),
+    OpenApiParameter(
+        "Salvage-Rows", int, OpenApiParameter.HEADER, response=_SENT,
+        description="The data rows the whole file holds (CSV: lines after the header; JSONL: "
+        "lines; Parquet: rows): a saved file holding fewer was cut short.",
+    ),
+    OpenApiParameter(
+        "Salvage-Run", int, OpenApiParameter.HEADER, response=_SENT,
+        description="The run the file is the export of.",
+    ),
+    OpenApiParameter(
+        "Accept-Ranges", str, OpenApiParameter.HEADER, response=_SENT,
+        description="`bytes`: a cut download resumes with Range.",
+    ),
+    OpenApiParameter(
+        "Content-Range", str, OpenApiParameter.HEADER, response=[206, 416],
+        description="The part sent, `bytes a-b/size` (416: `bytes */size`).",
+    ),
+]  # fmt: skip
+VERSION_HEADER = OpenApiParameter(
+    "Salvage-Version", int, OpenApiParameter.HEADER, response=[200, 206, 304],
+    description="The dataset's version when the download began: ask for changes since it.",
+)  # fmt: skip
 DOWNLOAD_RESPONSES = {
     **_file_types(exports.FORMATS, 200, 206),
     304: OpenApiResponse(description="Not modified: If-None-Match names the current ETag"),
@@ -225,6 +254,7 @@ class RunExport(RunDetail):
             OpenApiParameter("run_id", int, OpenApiParameter.PATH),
             _formats(exports.FORMATS),
             *DOWNLOAD_PARAMETERS,
+            *DOWNLOAD_HEADERS,
         ],
         responses=DOWNLOAD_RESPONSES,
         summary="A run's export",
@@ -237,7 +267,12 @@ class RunExport(RunDetail):
 
 class CurrentExport(ApiView):
     @extend_schema(
-        parameters=[_formats(exports.FORMATS), *DOWNLOAD_PARAMETERS],
+        parameters=[
+            _formats(exports.FORMATS),
+            *DOWNLOAD_PARAMETERS,
+            *DOWNLOAD_HEADERS,
+            VERSION_HEADER,
+        ],
         responses=DOWNLOAD_RESPONSES,
         summary="The current run's export",
         operation_id="dataset_current_export",
@@ -256,7 +291,16 @@ class CurrentExport(ApiView):
 
 class LatestExport(ApiView):
     @extend_schema(
-        parameters=[_formats(latest.FORMATS)],
+        parameters=[
+            _formats(latest.FORMATS),
+            OpenApiParameter(
+                "Salvage-Version",
+                int,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description=VERSION_HEADER.description,
+            ),
+        ],
         responses={**_file_types(latest.FORMATS, 200), 409: DOWNLOAD_RESPONSES[409], **ERRORS},
         summary="Each entity's latest value",
         operation_id="dataset_latest_export",

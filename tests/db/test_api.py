@@ -359,6 +359,25 @@ def test_unknown_paths_and_the_schema(api):
     assert {"Range", "If-None-Match", "If-Range"} <= set(declared)
     assert {"200", "206", "304", "409", "416"} <= set(export["responses"])
     assert set(export["responses"]["206"]["content"]) == set(export["responses"]["200"]["content"])
+    # The headers a download answers with are declared, and a real download carries each.
+    run_export, current_export = "runs/{run_id}/export.{fmt}", "datasets/{name}/current.{fmt}"
+    for route, status in [(run_export, "200"), (run_export, "206"), (current_export, "200")]:
+        sent = document["paths"][f"/api/v1/{route}"]["get"]["responses"][status]["headers"]
+        assert {"ETag", "Salvage-Rows", "Salvage-Run", "Accept-Ranges"} <= set(sent), route
+    current = document["paths"]["/api/v1/datasets/{name}/current.{fmt}"]["get"]["responses"]
+    assert "Salvage-Version" in current["200"]["headers"]
+    assert "Content-Range" in export["responses"]["206"]["headers"]
+    run = accepted()
+    with client(api, token_for(make_user("erin", "exporter"))) as http:
+        got = http.get(f"datasets/{run.dataset.name}/current.csv")
+        part = http.get(f"runs/{run.pk}/export.csv", headers={"Range": "bytes=0-9"})
+    assert (got.status_code, part.status_code) == (200, 206)
+    for declared_headers, response in (
+        (current["200"]["headers"], got),
+        (export["responses"]["206"]["headers"], part),
+    ):
+        names = {name.lower() for name in response.headers}
+        assert {name.lower() for name in declared_headers} <= names, sorted(names)
     rows = document["paths"]["/api/v1/datasets/{name}/rows"]["get"]
     assert "400" in rows["responses"]
     limit = next(p["schema"] for p in rows["parameters"] if p["name"] == "limit")
