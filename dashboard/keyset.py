@@ -152,10 +152,15 @@ def _convert(qs: QuerySet, field: str, raw: Any) -> Any:
     try:
         model_field = model._meta.pk if field == "pk" else model._meta.get_field(field)
     except FieldDoesNotExist:
-        # An annotation (e.g. the URL sort key): compared as text.
-        if not isinstance(raw, str):
+        # An annotation: an integer one (e.g. the HTTP status key) is checked as its output
+        # field, any other (the URL sort key, a dataset name) is compared as text.
+        annotation = qs.query.annotations.get(field)
+        output = getattr(annotation, "output_field", None)
+        if isinstance(output, models.IntegerField) != isinstance(raw, int):
             raise BadCursor(f"the page cursor has an unusable value for {field}") from None
-        return raw
+        if isinstance(raw, str):
+            return raw
+        model_field = output
     try:
         value = model_field.to_python(raw)
     except (ValidationError, ValueError, TypeError, OverflowError):

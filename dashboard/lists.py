@@ -50,6 +50,7 @@ from dashboard.keysearch import find_key
 from recovery.delivery.exports import neutralise
 from recovery.intake.schedules import public_text
 from recovery.models import Run, Task
+from recovery.models.tasks import HttpStatusKey
 
 
 class BadList(BadRequest):
@@ -376,6 +377,11 @@ def _url_key(qs: QuerySet) -> QuerySet:
     return qs.annotate(url_key=UrlKey("url"))
 
 
+def _task_keys(qs: QuerySet) -> QuerySet:
+    # The two sort keys that are expressions, each exactly the one its index holds.
+    return qs.annotate(url_key=UrlKey("url"), http_key=HttpStatusKey("last_http_status"))
+
+
 def _newest(label: str = "Newest") -> dict[str, Sort]:
     return {
         "-id": Sort(label, keyset.Order(("id",), descending=True)),
@@ -391,10 +397,26 @@ def _columns(*pairs: str) -> tuple[Column, ...]:
     )
 
 
+def _dataset_name(qs: QuerySet) -> QuerySet:
+    return qs.annotate(dataset_name=F("dataset__name"))
+
+
+# Runs newest first by the primary key; by dataset name then window (unique together: dataset
+# names are unique, and so is a window in its dataset), the dataset name index in order, then
+# each dataset's runs through run_dataset_window_uniq (dataset, window); by window through
+# run_window_idx (window, id); by creation through run_created_idx (created_at, id).
 RUNS = ListSpec(
     "runs",
     RunFilter,
-    _newest(),
+    {
+        **_newest(),
+        "dataset": Sort("Dataset", keyset.Order(("dataset_name", "window"), descending=False)),
+        "-dataset": Sort("Dataset, descending", keyset.Order(("dataset_name", "window"))),
+        "window": Sort("Window", keyset.Order(("window", "id"), descending=False)),
+        "-window": Sort("Window, descending", keyset.Order(("window", "id"))),
+        "created": Sort("Created", keyset.Order(("created_at", "id"), descending=False)),
+        "-created": Sort("Created, newest", keyset.Order(("created_at", "id"))),
+    },
     _columns(
         "id=pk",
         "dataset=dataset.name",
@@ -406,6 +428,7 @@ RUNS = ListSpec(
         "accepted_at",
         "published_at",
     ),
+    prepare=_dataset_name,
     search_help="dataset name, task key, observation key, job id",
 )
 # A run's tasks. Each order is one index range scan from the cursor on:
@@ -414,7 +437,15 @@ RUNS = ListSpec(
 # - a partition without a state: state then task order, task_run_part_state_idx (a partition's
 #   tasks can sit anywhere in URL order, so URL order would read most of the run);
 # - otherwise URL order, task_run_url_idx (run, url key, id); state order reads
-#   task_run_state_idx.
+#   task_run_state_idx;
+# - by attempts, last HTTP status, error class or last state change (a column header's choice,
+#   never a default): task_run_attempts_idx (run, attempt_count, id), task_run_http_idx (run,
+#   COALESCE(last_http_status, 0), id: a task with no status yet sorts as 0, below every
+#   status, since a cursor cannot step over NULL), task_run_error_sort_idx (run,
+#   last_error_class, id: no class, "", sorts first) and task_run_changed_idx (run,
+#   state_changed_at, id). With a state, partition or error-class filter too, these orders
+#   read the same index and skip the rows the filter drops: a page costs what it takes to find
+#   its rows in that order, as URL order under a filter does.
 _BY_ID = {
     "id": Sort("Task", keyset.Order(("id",), descending=False), requires=("state",)),
     "-id": Sort("Task, newest", keyset.Order(("id",), descending=True), requires=("state",)),
@@ -426,6 +457,16 @@ _BY_URL = {
 _BY_STATE = {
     "state": Sort("State", keyset.Order(("state", "id"), descending=False)),
     "-state": Sort("State, descending", keyset.Order(("state", "id"), descending=True)),
+}
+_BY_COLUMN = {
+    "attempts": Sort("Attempts", keyset.Order(("attempt_count", "id"), descending=False)),
+    "-attempts": Sort("Attempts, most first", keyset.Order(("attempt_count", "id"))),
+    "http": Sort("HTTP status", keyset.Order(("http_key", "id"), descending=False)),
+    "-http": Sort("HTTP status, descending", keyset.Order(("http_key", "id"))),
+    "error_class": Sort("Error class", keyset.Order(("last_error_class", "id"), descending=False)),
+    "-error_class": Sort("Error class, descending", keyset.Order(("last_error_class", "id"))),
+    "changed": Sort("Changed", keyset.Order(("state_changed_at", "id"), descending=False)),
+    "-changed": Sort("Changed, newest", keyset.Order(("state_changed_at", "id"))),
 }
 
 
@@ -471,9 +512,9 @@ def task_rows(run: Run) -> QuerySet:
 TASKS = ListSpec(
     "tasks",
     TaskFilter,
-    {**_BY_URL, **_BY_ID, **_BY_STATE},
+    {**_BY_URL, **_BY_ID, **_BY_STATE, **_BY_COLUMN},
     TASK_COLUMNS,
-    prepare=_url_key,
+    prepare=_task_keys,
     search_help="URL or its beginning, task key, entity key, observation key, job id",
     pick_default=_task_default,
 )
@@ -611,10 +652,6 @@ INCIDENTS = ListSpec(
     search_help="words of the detail or the endpoint",
     jump=False,
 )
-
-
-def _dataset_name(qs: QuerySet) -> QuerySet:
-    return qs.annotate(dataset_name=F("dataset__name"))
 
 
 # Schedules by dataset name then schedule name (unique together: dataset names are unique, and

@@ -70,7 +70,14 @@ class Run(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["dataset", "window"], name="run_dataset_window_uniq")
         ]
-        indexes = [models.Index(fields=["dataset", "acceptance_state"], name="run_ds_state_idx")]
+        indexes = [
+            models.Index(fields=["dataset", "acceptance_state"], name="run_ds_state_idx"),
+            # The runs list sorted by window or by creation (dashboard.lists.RUNS), id last for
+            # the keyset cursor. By dataset it reads the dataset name index, then each
+            # dataset's runs through run_dataset_window_uniq (dataset, window).
+            models.Index(fields=["window", "id"], name="run_window_idx"),
+            models.Index(fields=["created_at", "id"], name="run_created_idx"),
+        ]
         permissions = [
             ("triage_run", "Triage quarantine and reconcile items (notes, reviewed marks)"),
             ("resolve_reconcile", "Resolve reconcile items (attach job id, replacement, dismiss)"),

@@ -18,6 +18,20 @@ from recovery.models.runs import RecoveryBatch, Run
 from recovery.states.choices import CLAIMABLE_ORDER, TaskState
 
 
+class HttpStatusKey(models.Func):
+    """COALESCE(last_http_status, 0): a task's last HTTP status as a sort key, 0 for none yet.
+
+    A keyset cursor cannot step over NULL (NULL compares as unknown, and the two databases put
+    it at opposite ends), so the sort and task_run_http_idx read this expression instead of the
+    column. The 0 is written into the SQL, not passed as a parameter: the query's expression is
+    then the index's own, which is what lets the database read the index for it.
+    """
+
+    template = "COALESCE(%(expressions)s, 0)"
+    arity = 1
+    output_field = models.IntegerField()
+
+
 class Task(models.Model):
     """One logical unit of work, stable across retries (task_key never has an attempt number)."""
 
@@ -162,6 +176,20 @@ class Task(models.Model):
                 models.F("id"),
                 name="task_run_url_idx",
             ),
+            # A run's task list sorted by attempts, last HTTP status, error class or last state
+            # change (dashboard.lists.TASKS): id last, so each order and its keyset cursor is
+            # one range scan of the run's entries from the cursor on, however big the run. The
+            # price: every claim and commit writes an entry in each (bench/README.md,
+            # "Dashboard pages").
+            models.Index(fields=["run", "attempt_count", "id"], name="task_run_attempts_idx"),
+            models.Index(
+                models.F("run"),
+                HttpStatusKey("last_http_status"),
+                models.F("id"),
+                name="task_run_http_idx",
+            ),
+            models.Index(fields=["run", "last_error_class", "id"], name="task_run_error_sort_idx"),
+            models.Index(fields=["run", "state_changed_at", "id"], name="task_run_changed_idx"),
         ]
         constraints = [
             # A remote task names its job; no other task does (the import fences on the job).

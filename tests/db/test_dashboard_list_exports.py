@@ -144,7 +144,7 @@ def test_an_export_refuses_filters_the_list_refuses(world):
     response = client.get(reverse("dashboard:runs_csv"), {"state": "bogus"})
     assert response.status_code == 400
     assert b"state" in response.content
-    assert client.get(reverse("dashboard:runs_csv"), {"sort": "window"}).status_code == 400
+    assert client.get(reverse("dashboard:runs_csv"), {"sort": "bogus"}).status_code == 400
 
 
 def test_every_list_exports_what_it_shows(world):

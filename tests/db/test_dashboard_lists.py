@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,10 +14,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from recovery import keys
-from recovery.models import AuditEntry, Observation, RemoteJob, Task
-from tests.support.factories import make_tasks
+from recovery.models import AuditEntry, Observation, RemoteJob, Run, Task
+from tests.support.factories import make_dataset, make_run, make_tasks
 from tests.support.list_csv import list_rows
 from tests.support.world import logged_in, make_users, make_world
 
@@ -81,7 +83,7 @@ def test_it_answers_400_for_a_nul_in_the_exports_cursor(world):
 
 def test_it_answers_400_for_an_unknown_sort_or_a_filter_value_it_cannot_use(world):
     admin = _client(world, "admin")
-    assert admin.get(reverse("dashboard:runs"), {"sort": "window"}).status_code == 400
+    assert admin.get(reverse("dashboard:runs"), {"sort": "bogus"}).status_code == 400
     assert admin.get(reverse("dashboard:runs"), {"state": "bogus"}).status_code == 400
     assert admin.get(reverse("dashboard:reconcile"), {"run": "x"}).status_code == 400
     tasks = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
@@ -397,3 +399,127 @@ def test_it_refuses_a_parameter_the_list_does_not_read_naming_it(world, list_nam
         assert b"http_stauts" in response.content
     # The parameters the list does read still work.
     assert client.get(reverse(f"dashboard:{list_name}", kwargs=args), {"q": ""}).status_code == 200
+
+
+def _walk_back(client: Client, url: str, params: dict) -> list[list]:
+    """From the last page to the first, following each page's previous link."""
+    last = _walk(client, url, params)[-1]
+    listing = client.get(url, params).context["listing"]
+    while listing.next_href:
+        listing = client.get(url, _query(listing.next_href)).context["listing"]
+    assert listing.rows == last
+    pages = [listing.rows]
+    while listing.prev_href:
+        response = client.get(url, _query(listing.prev_href))
+        assert response.status_code == 200, response.content[:300]
+        listing = response.context["listing"]
+        pages.append(listing.rows)
+    return pages[::-1]
+
+
+def _query(href: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(href).query).items()}
+
+
+# Issue 29: a run's tasks sort on every column an operator expects, each on its own index.
+TASK_SORTS = {
+    "attempts": (lambda t: (t.attempt_count, t.pk), "task_run_attempts_idx"),
+    # No status yet sorts as 0, below every status (the cursor cannot step over NULL).
+    "http": (lambda t: (t.last_http_status or 0, t.pk), "task_run_http_idx"),
+    "error_class": (lambda t: (t.last_error_class, t.pk), "task_run_error_sort_idx"),
+    "changed": (lambda t: (t.state_changed_at, t.pk), "task_run_changed_idx"),
+}
+
+
+def _varied_tasks(run: Run) -> None:
+    """70 more tasks whose sort columns repeat (ties the id must break) and include the blanks."""
+    now = timezone.now()
+    for i, task in enumerate(make_tasks(run, 70, partition="zeta.test", host="zeta.test")):
+        Task.objects.filter(pk=task.pk).update(
+            attempt_count=(i * 7) % 5,
+            last_http_status=(None, 200, 404, 503, 429, 200)[i % 6],
+            last_error_class=("", "server_error", "challenge_page", "", "rate_limited")[i % 5],
+            state_changed_at=now - timedelta(minutes=(i * 3) % 7),
+        )
+
+
+@pytest.mark.parametrize("sort", TASK_SORTS)
+def test_it_pages_a_runs_tasks_by_each_column_both_ways(world, sort):
+    _varied_tasks(world.run)
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    key, _index = TASK_SORTS[sort]
+    in_order = [t.pk for t in sorted(Task.objects.filter(run=world.run), key=key)]
+    assert len(in_order) == 78
+
+    for params, expected in (
+        ({"sort": sort, "size": "25"}, in_order),
+        ({"sort": f"-{sort}", "size": "25"}, in_order[::-1]),
+    ):
+        pages = _walk(client, url, params)
+        assert len(pages) == 4 and all(pages), params
+        assert [t.pk for page in pages for t in page] == expected, params
+        # The previous links walk the same pages back (the index read backwards).
+        back = _walk_back(client, url, params)
+        assert [[t.pk for t in page] for page in back] == [[t.pk for t in p] for p in pages]
+    # The column's header sorts, and says which way.
+    response = client.get(url, {"sort": sort})
+    assert f'href="?sort=-{sort}"'.encode() in response.content
+
+
+@pytest.mark.parametrize("sort", TASK_SORTS)
+def test_each_task_column_sort_reads_its_index(world, sort):
+    _varied_tasks(world.run)
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    _key, index = TASK_SORTS[sort]
+    for params in ({"sort": sort}, {"sort": f"-{sort}", "size": "25"}):
+        page = client.get(url, params).context["listing"]
+        params = {**params, "after": _query(page.next_href)["after"]}
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url, params).status_code == 200
+        (sql,) = _page_queries(captured)
+        assert index in _plan(sql), (params, _plan(sql))
+
+
+def test_it_answers_400_for_a_text_cursor_in_the_http_status_order(world):
+    client = _client(world, "operator")
+    url = reverse("dashboard:run_tasks", kwargs={"run_id": world.run.pk})
+    for cursor in (json.dumps(["200", 1]), json.dumps([10**30, 1]), json.dumps([None, 1])):
+        assert client.get(url, {"sort": "http", "after": cursor}).status_code == 400, cursor
+
+
+RUN_SORTS = {
+    "dataset": lambda r: (r.dataset.name, r.window),
+    "window": lambda r: (r.window, r.pk),
+    "created": lambda r: (r.created_at, r.pk),
+}
+
+
+@pytest.mark.parametrize("sort", RUN_SORTS)
+def test_it_pages_the_runs_by_dataset_window_and_creation_both_ways(world, sort):
+    now = timezone.now()
+    datasets = [make_dataset(name=name) for name in ("delta", "alpha", "omega")]
+    for i in range(30):
+        make_run(
+            datasets[i % 3],
+            window=f"2026-{(i * 7) % 12 + 1:02d}-{i:02d}",
+            created_at=now - timedelta(hours=(i * 5) % 4),
+        )
+    client = _client(world, "operator")
+    url = reverse("dashboard:runs")
+    runs = Run.objects.select_related("dataset")
+    in_order = [r.pk for r in sorted(runs, key=RUN_SORTS[sort])]
+    assert len(in_order) > 25 * 1
+
+    for params, expected in (
+        ({"sort": sort, "size": "25"}, in_order),
+        ({"sort": f"-{sort}", "size": "25"}, in_order[::-1]),
+    ):
+        pages = _walk(client, url, params)
+        assert len(pages) == 2 and all(pages), params
+        assert [r.pk for page in pages for r in page] == expected, params
+        back = _walk_back(client, url, params)
+        assert [[r.pk for r in page] for page in back] == [[r.pk for r in p] for p in pages]
+    response = client.get(url, {"sort": sort})
+    assert f'href="?sort=-{sort}"'.encode() in response.content
