@@ -8,13 +8,17 @@
    partitions (90% committed, 5% quarantined over 4 error classes, 3% dead, 2% pending; one
    partition flagged quarantined), one attempt per task. Attempts finish at the same rate for
    both runs (one fleet: 10,000 per hour, ending now), so the large run has 100 hours of
-   history behind the same last hour. Counters come from counters.rebuild; then VACUUM ANALYZE.
+   history behind the same last hour; each task's last state change is its attempt's end.
+   Attempt counts run 1-4 (0 pending), the last HTTP status is 200, 403 (quarantined), 503
+   (dead) or none (pending). Counters come from counters.rebuild; then VACUUM ANALYZE.
 2. Requests each page through Django's test client, in process, as an admin: `--reps` timed
    requests after 3 warm-ups, alternating small and large; the median server time is reported.
    Pages: the run pages, the runs overview, and every list of a run's tasks a user reaches
    (URL order, descending, a page deep in the middle, URL-prefix search, a search by any part
    of the URL (trigram index), an exact-URL search that jumps to the task (302), state and
-   partition filters, the quarantine list), and the first chunk of a list's CSV export (its
+   partition filters, the quarantine list; sorted by attempts, HTTP status, error class and
+   last change, each ascending, descending and from halfway down), the runs list sorted by
+   dataset, window and creation, and the first chunk of a list's CSV export (its
    header and first 500 rows; an export is streamed, so this is what grows with the run if
    anything does: the whole export grows with the rows selected, by design).
 3. EXPLAINs every query of each page on the large run, prints the indexes each page's queries
@@ -37,6 +41,7 @@ import re
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -113,10 +118,15 @@ def generate(run_id: int, n: int) -> None:
                    CASE WHEN g %% 100 < 90 THEN 'committed'
                         WHEN g %% 100 < 95 THEN 'quarantined'
                         WHEN g %% 100 < 98 THEN 'dead' ELSE 'pending' END,
-                   1, now(), '', 0,
+                   CASE WHEN g %% 100 < 98 THEN 1 + (g / 100) %% 4 ELSE 0 END,
+                   now(), '', 0,
                    CASE WHEN g %% 100 BETWEEN 90 AND 97
                         THEN (%(errors)s::text[])[1 + (g / 100) %% 4] ELSE '' END,
-                   200, now(), now(), 0
+                   CASE WHEN g %% 100 < 90 THEN 200 WHEN g %% 100 < 95 THEN 403
+                        WHEN g %% 100 < 98 THEN 503 END,
+                   now(),
+                   now() - make_interval(secs => (%(n)s - g) * 3600.0 / %(rate)s),
+                   0
             FROM generate_series(1, %(n)s) AS g,
                  LATERAL (SELECT 'http://p' || (g %% %(parts)s) || '.test/item/' || g AS url) u
             """,
@@ -127,6 +137,7 @@ def generate(run_id: int, n: int) -> None:
                 "errors": list(ERROR_CLASSES),
                 "dataset": dataset,
                 "window": window,
+                "rate": RATE_PER_HOUR,
             },
         )
         # One attempt per task; the newest finished now, older ones at the fleet's rate.
@@ -177,21 +188,33 @@ def explain(queries: list[dict]) -> tuple[list[str], list[str]]:
     return bad, sorted(indexes)
 
 
-def middle_cursor(run_id: int) -> str:
-    """A cursor halfway down the run's task list in URL order (a deep page, no OFFSET)."""
+# Each task list order a page opens halfway down: the SQL of its sort key (the list's own).
+SORT_KEYS = {
+    "url": 'substr(url, 1, {chars}) COLLATE "C"',
+    "attempts": "attempt_count",
+    "http": "COALESCE(last_http_status, 0)",
+    "error_class": "last_error_class",
+    "changed": "state_changed_at",
+}
+
+
+def middle_cursor(run_id: int, sort: str = "url") -> str:
+    """A cursor halfway down the run's task list in `sort` order (a deep page, no OFFSET)."""
     from django.db import connection
 
     from dashboard.filtersets import URL_KEY_CHARS
 
+    key = SORT_KEYS[sort].format(chars=URL_KEY_CHARS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f'SELECT substr(url, 1, {URL_KEY_CHARS}) COLLATE "C", id FROM recovery_task'
-            f' WHERE run_id = %s ORDER BY substr(url, 1, {URL_KEY_CHARS}) COLLATE "C", id'
+            f"SELECT {key}, id FROM recovery_task WHERE run_id = %s ORDER BY {key}, id"
             " OFFSET (SELECT task_total / 2 FROM recovery_run WHERE id = %s) LIMIT 1",
             [run_id, run_id],
         )
-        key, pk = cursor.fetchone()
-    return json.dumps([key, pk], separators=(",", ":"))
+        value, pk = cursor.fetchone()
+    if hasattr(value, "isoformat"):
+        value = value.isoformat()
+    return json.dumps([value, pk], separators=(",", ":"))
 
 
 def main() -> int:
@@ -275,7 +298,9 @@ def main() -> int:
     client = Client()
     client.force_login(admin)
 
-    middles = {run.pk: middle_cursor(run.pk) for run in runs.values()}
+    middles = {
+        (run.pk, sort): middle_cursor(run.pk, sort) for run in runs.values() for sort in SORT_KEYS
+    }
 
     def tasks(**params):
         def url(run):
@@ -283,6 +308,14 @@ def main() -> int:
             query = urlencode(values)
             path = reverse("dashboard:run_tasks", kwargs={"run_id": run.pk})
             return path + (f"?{query}" if query else "")
+
+        return url
+
+    def runs_sorted(sort: str, cursor):
+        def url(run):
+            after = json.dumps(cursor(run), separators=(",", ":"))
+            query = urlencode({"dataset": "bench", "sort": sort, "after": after})
+            return reverse("dashboard:runs") + "?" + query
 
         return url
 
@@ -297,7 +330,7 @@ def main() -> int:
         ),
         "tasks": tasks(),
         "tasks_desc": tasks(sort="-url"),
-        "tasks_middle": tasks(after=lambda run: middles[run.pk]),
+        "tasks_middle": tasks(after=lambda run: middles[run.pk, "url"]),
         "tasks_search": tasks(q="http://p7.test/item/5"),
         "tasks_search_host": tasks(q="p7.test/"),
         # Any part of the URL (trigram index). Its cost follows the matches, not the run: a
@@ -308,6 +341,25 @@ def main() -> int:
         "tasks_quarantined": tasks(state="quarantined"),
         "tasks_partition": tasks(partition="p7.test", state="dead"),
         "tasks_partition_only": tasks(partition="p7.test"),
+        # Sorted by a column's header (issue 29): each order on its own index, ascending,
+        # descending, and a page halfway down.
+        **{
+            f"tasks_by_{sort}{suffix}": tasks(**params)
+            for sort in ("attempts", "http", "error_class", "changed")
+            for suffix, params in (
+                ("", {"sort": sort}),
+                ("_desc", {"sort": f"-{sort}"}),
+                ("_middle", {"sort": sort, "after": lambda run, s=sort: middles[run.pk, s]}),
+            )
+        },
+        # The runs list by dataset, window and creation (issue 29), descending, from a cursor
+        # just above this run, as runs_overview does: the large run's page lists both runs,
+        # the small run's page itself alone.
+        "runs_by_dataset": runs_sorted("-dataset", lambda run: ["bench", run.window + "0"]),
+        "runs_by_window": runs_sorted("-window", lambda run: [run.window + "0", 0]),
+        "runs_by_created": runs_sorted(
+            "-created", lambda run: [(run.created_at + timedelta(microseconds=1)).isoformat(), 0]
+        ),
         "export_first_chunk": lambda run: (
             reverse("dashboard:run_tasks_csv", kwargs={"run_id": run.pk})
             + "?"

@@ -446,6 +446,14 @@ def test_dashboard_bench():
         "tasks_quarantined",
         "tasks_partition",
         "tasks_partition_only",
+        *(
+            f"tasks_by_{sort}{suffix}"
+            for sort in ("attempts", "http", "error_class", "changed")
+            for suffix in ("", "_desc", "_middle")
+        ),
+        "runs_by_dataset",
+        "runs_by_window",
+        "runs_by_created",
         "export_first_chunk",
     }
     # Each task list reports the indexes its queries read (EXPLAIN-checked).
