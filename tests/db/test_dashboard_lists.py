@@ -4,6 +4,8 @@ cursor, sort or filter value a list cannot use. Runs on SQLite and PostgreSQL.""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from datetime import timedelta
@@ -465,6 +467,9 @@ def test_it_pages_a_runs_tasks_by_each_column_both_ways(world, sort):
     # The column's header sorts, and says which way.
     response = client.get(url, {"sort": sort})
     assert f'href="?sort=-{sort}"'.encode() in response.content
+    # The CSV export walks the same order, page by page.
+    export = reverse("dashboard:run_tasks_csv", kwargs={"run_id": world.run.pk})
+    assert _csv_ids(client.get(export, {"sort": f"-{sort}"})) == in_order[::-1]
 
 
 @pytest.mark.parametrize("sort", TASK_SORTS)
@@ -523,3 +528,11 @@ def test_it_pages_the_runs_by_dataset_window_and_creation_both_ways(world, sort)
         assert [[r.pk for r in page] for page in back] == [[r.pk for r in p] for p in pages]
     response = client.get(url, {"sort": sort})
     assert f'href="?sort=-{sort}"'.encode() in response.content
+    export = reverse("dashboard:runs_csv")
+    assert _csv_ids(client.get(export, {"sort": sort})) == in_order
+
+
+def _csv_ids(response) -> list[int]:
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content).decode()
+    return [int(row["id"]) for row in csv.DictReader(io.StringIO(body))]
