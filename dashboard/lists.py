@@ -401,10 +401,13 @@ def _dataset_name(qs: QuerySet) -> QuerySet:
     return qs.annotate(dataset_name=F("dataset__name"))
 
 
-# Runs newest first by the primary key; by dataset name then window (unique together: dataset
-# names are unique, and so is a window in its dataset), the dataset name index in order, then
-# each dataset's runs through run_dataset_window_uniq (dataset, window); by window through
-# run_window_idx (window, id); by creation through run_created_idx (created_at, id).
+# Runs newest first by the primary key; by window through run_window_idx (window, id); by
+# creation through run_created_idx (created_at, id). By dataset name then window (unique
+# together: dataset names are unique, and so is a window in its dataset) the name is the
+# dataset's, not a column of the run, so no index of recovery_run holds the order: PostgreSQL
+# reads the dataset name index in order and sorts one dataset's runs at a time (an incremental
+# sort), so a page costs about one dataset's runs (EXPLAIN ANALYZE, 40 datasets of 2,500 runs:
+# 5 ms a page, against 0.1 ms by window or creation).
 RUNS = ListSpec(
     "runs",
     RunFilter,

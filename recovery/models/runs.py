@@ -73,8 +73,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["dataset", "acceptance_state"], name="run_ds_state_idx"),
             # The runs list sorted by window or by creation (dashboard.lists.RUNS), id last for
-            # the keyset cursor. By dataset it reads the dataset name index, then each
-            # dataset's runs through run_dataset_window_uniq (dataset, window).
+            # the keyset cursor. (By dataset name it sorts one dataset's runs at a time: the
+            # name is not a column here; RUNS says what that costs.)
             models.Index(fields=["window", "id"], name="run_window_idx"),
             models.Index(fields=["created_at", "id"], name="run_created_idx"),
         ]
