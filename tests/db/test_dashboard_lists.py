@@ -4,8 +4,6 @@ cursor, sort or filter value a list cannot use. Runs on SQLite and PostgreSQL.""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from datetime import timedelta
@@ -534,5 +532,4 @@ def test_it_pages_the_runs_by_dataset_window_and_creation_both_ways(world, sort)
 
 def _csv_ids(response) -> list[int]:
     assert response.status_code == 200
-    body = b"".join(response.streaming_content).decode()
-    return [int(row["id"]) for row in csv.DictReader(io.StringIO(body))]
+    return [int(row["id"]) for row in list_rows(b"".join(response.streaming_content))]
