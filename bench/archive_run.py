@@ -15,21 +15,19 @@ page. Ends with one JSON line with the load verdict (bench/loadwatch.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, SandboxProcess, drop_database, rotated, scratch_database, tree_bytes
-from db_latency import collect, manage
+from common import drop_database, rotated, scratch_database, tree_bytes
+from db_latency import collect
+from engine_runs import engine_env, manage, report, shop_sandbox
 from loadwatch import LoadWatch
 
-RESULTS = ROOT / "bench" / "results"
 SIDES = ("on", "off")
 
 
@@ -45,13 +43,8 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="salvage-bench-archive-run-"))
     name = f"salvage_bench_archive_run_{os.getpid()}"
     url = scratch_database(name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
-    env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
-               SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
-               DATABASE_URL=url)  # fmt: skip
-    spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
-    sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
-                             str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
+    env = engine_env(workdir, url)
+    sandbox, spec, manifest = shop_sandbox(args.pages, workdir)
     reps: list[dict[str, dict]] = []
     written: list[tuple[int, int]] = []
     try:
@@ -92,12 +85,7 @@ def main() -> int:
     print(f"archive on / off: x{summary['ratio_on_off']} pages/s "
           f"({summary['ratio_on_off_min']}-{summary['ratio_on_off_max']})", flush=True)  # fmt: skip
     summary.update(watch.finish())
-    line = json.dumps(summary)
-    if args.save:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"archive-run-{stamp}.json").write_text(line + "\n")
-    print(line)
+    report(summary, "archive-run", args.save)
     return 0 if summary["complete"] else 1
 
 

@@ -26,26 +26,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PY, ROOT, SandboxProcess, rotated, scratch_database, server_url
+from common import PY, SandboxProcess, rotated, scratch_database, server_url
+from engine_runs import (
+    committed,
+    engine_env,
+    finish_workers,
+    manage,
+    report,
+    shop_sandbox,
+    start_workers,
+)
 from latency_proxy import DelayProxy
 from loadwatch import LoadWatch
 from netns import WorkerNamespace
-
-RESULTS = ROOT / "bench" / "results"
 
 
 def log(msg: str) -> None:
@@ -64,16 +69,6 @@ def parse_setting(text: str) -> dict[str, str]:
             )
         setting[key] = value
     return setting
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [PY, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr[-3000:]}")
-    return done.stdout
 
 
 ROUND_TRIP = """
@@ -117,27 +112,18 @@ def collect(env: dict[str, str], url: str, setting: dict[str, str], workers: int
     namespace's `ip netns exec`); pages/s start to last exit."""
     run_id = manage(env, "createrun", "bench-shop", "--window", window, "--manifest",
                     str(manifest)).strip().splitlines()[-1]  # fmt: skip
-    cmd = [*(prefix or []), PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0"]
-    for flag in ("batch", "concurrency"):
-        if flag in setting:
-            cmd += [f"--{flag}", setting[flag]]
+    extra = [arg for flag in ("batch", "concurrency") if flag in setting
+             for arg in (f"--{flag}", setting[flag])]  # fmt: skip
     run_env = {**env, "DATABASE_URL": url}
     if "pipeline" in setting:
         run_env["SALVAGE_PIPELINE_COMMITS"] = setting["pipeline"]
     if "archive" in setting:
         run_env["SALVAGE_ARCHIVE_PAGES"] = setting["archive"]
     start = time.perf_counter()
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=run_env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE) for _ in range(workers)]  # fmt: skip
-    errors = [p.communicate()[1] for p in procs]
+    finish_workers(start_workers(run_env, workers, extra, prefix or ()))
     wall = time.perf_counter() - start
-    for proc, err in zip(procs, errors, strict=True):
-        if proc.returncode != 0:
-            raise RuntimeError(f"work exited {proc.returncode}:\n{err.decode()[-3000:]}")
-    status = json.loads(manage(env, "runstatus", run_id, "--json"))
-    committed = status["tasks"].get("committed", 0)
-    return {"wall_s": round(wall, 3), "committed": committed,
-            "pages_per_s": round(committed / wall, 1)}  # fmt: skip
+    done = committed(env, run_id)
+    return {"wall_s": round(wall, 3), "committed": done, "pages_per_s": round(done / wall, 1)}
 
 
 def summarise(name: str, reps: list[dict[str, dict]], sides: list[str]) -> dict[str, Any]:
@@ -176,13 +162,8 @@ def main() -> int:
         name = f"salvage_bench_latency_{os.getpid()}"
         direct_url = scratch_database(name)
         stack.callback(drop_database, name)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
-        env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
-                   SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
-                   DATABASE_URL=direct_url)  # fmt: skip
-        spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
-        sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
-                                 str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
+        env = engine_env(workdir, direct_url)
+        sandbox, spec, manifest = shop_sandbox(args.pages, workdir)
         stack.callback(sandbox.stop)
         manifests = dict.fromkeys(sides, manifest)
         prefixes: dict[str, list[str]] = {}
@@ -226,12 +207,7 @@ def main() -> int:
     summary = {"bench": "db_latency", "pages": args.pages, "workers": args.workers,
                "network": "netns" if args.netns else "loopback",
                "delays_ms_each_way": delays, "results": rows, **watch.finish()}  # fmt: skip
-    line = json.dumps(summary)
-    if args.save:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"db-latency-{stamp}.json").write_text(line + "\n")
-    print(line)
+    report(summary, "db-latency", args.save)
     return 0 if all(row["complete"] for row in rows) else 1
 
 

@@ -24,45 +24,39 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
-    PY,
-    ROOT,
     DatabaseCpu,
-    SandboxProcess,
     drop_database,
     scratch_database,
     tree_bytes,
 )
+from engine_runs import (
+    committed,
+    engine_env,
+    finish_workers,
+    manage,
+    report,
+    shop_sandbox,
+    start_workers,
+)
 from loadwatch import LoadWatch
 
-RESULTS = ROOT / "bench" / "results"
 TABLES = ("recovery_task", "recovery_attempt", "recovery_observation", "recovery_outboxevent")
 MB = 1024 * 1024
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([PY, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)}:\n{done.stdout}\n{done.stderr[-3000:]}")
-    return done.stdout
 
 
 def rss_bytes(pid: int) -> int:
@@ -130,35 +124,21 @@ def main() -> int:
     url = scratch_database(name)
     admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
     artefacts = workdir / "var" / "artefacts"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SALVAGE_"))}
-    env.update(SALVAGE_INSECURE_DEV_KEY="1", SALVAGE_DATA_DIR=str(workdir / "var"),
-               SALVAGE_ALLOWED_NETWORKS="127.0.0.0/8", SALVAGE_LOG_LEVEL="WARNING",
-               DATABASE_URL=url)  # fmt: skip
-    spec, manifest = workdir / "shop.toml", workdir / "shop.csv"
-    sandbox = SandboxProcess(args.pages, workdir, ["--spec-out", str(spec), "--manifest-out",
-                             str(manifest), "--dataset-name", "bench-shop"])  # fmt: skip
+    env = engine_env(workdir, url)
+    sandbox, spec, manifest = shop_sandbox(args.pages, workdir)
     try:
         manage(env, "migrate", "--noinput", "-v", "0")
         manage(env, "loaddataset", str(spec))
         before = sizes(url)
         run_id = manage(env, "createrun", "bench-shop", "--window", "sizing", "--manifest",
                         str(manifest)).strip().splitlines()[-1]  # fmt: skip
-        cmd = [PY, str(ROOT / "manage.py"), "work", "--until-idle", "--idle-wait", "0"]
         with DatabaseCpu(url) as db_cpu:
             start = time.perf_counter()
-            procs = [
-                subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE)
-                for _ in range(args.workers)
-            ]  # fmt: skip
+            procs = start_workers(env, args.workers)
             with Sampler([p.pid for p in procs], admin, name) as sampler:
-                errors = [p.communicate()[1] for p in procs]
+                finish_workers(procs)
             wall = time.perf_counter() - start
-        for proc, err in zip(procs, errors, strict=True):
-            if proc.returncode != 0:
-                raise RuntimeError(f"work exited {proc.returncode}:\n{err.decode()[-3000:]}")
-        status = json.loads(manage(env, "runstatus", run_id, "--json"))
-        committed = status["tasks"].get("committed", 0)
+        done = committed(env, run_id)
         after = sizes(url)
         archive_bytes, archive_files = tree_bytes(artefacts)
     finally:
@@ -166,40 +146,35 @@ def main() -> int:
         drop_database(name)
 
     grown = {key: after[key] - before[key] for key in after}
-    per_task = {key: round(value / committed) for key, value in grown.items()}
+    per_task = {key: round(value / done) for key, value in grown.items()}
     db_cpu_s = db_cpu.seconds()
     peak_rss = max(sampler.rss.values())
     summary = {
         "bench": "sizing", "pages": args.pages, "workers": args.workers,
-        "committed": committed, "wall_s": round(wall, 2),
-        "tasks_per_s": round(committed / wall, 1),
+        "committed": done, "wall_s": round(wall, 2),
+        "tasks_per_s": round(done / wall, 1),
         "db_cpu_s": round(db_cpu_s, 2),
-        "tasks_per_db_cpu_s": round(committed / db_cpu_s),
+        "tasks_per_db_cpu_s": round(done / db_cpu_s),
         "worker_rss_mb_peak": round(peak_rss / MB, 1),
         "worker_rss_mb": {str(pid): round(rss / MB, 1) for pid, rss in sampler.rss.items()},
         "connections_peak": sampler.connections,
         "connections_per_worker": round(sampler.connections / args.workers, 2),
         "db_bytes_per_task": per_task["database"],
         "tables_bytes_per_task": {t: per_task[t] for t in TABLES},
-        "db_gb_per_million_tasks": round(grown["database"] / committed * 1e6 / 1024**3, 2),
+        "db_gb_per_million_tasks": round(grown["database"] / done * 1e6 / 1024**3, 2),
         "artefact_files": archive_files,
-        "artefact_bytes_per_page": round(archive_bytes / committed) if committed else 0,
-        "artefact_gb_per_million_pages": round(archive_bytes / committed * 1e6 / 1024**3, 2),
-        "complete": committed == args.pages,
+        "artefact_bytes_per_page": round(archive_bytes / done) if done else 0,
+        "artefact_gb_per_million_pages": round(archive_bytes / done * 1e6 / 1024**3, 2),
+        "complete": done == args.pages,
     }  # fmt: skip
-    log(f"{committed} tasks in {wall:.1f} s by {args.workers} workers: {summary['tasks_per_s']}/s")
+    log(f"{done} tasks in {wall:.1f} s by {args.workers} workers: {summary['tasks_per_s']}/s")
     log(f"database CPU {db_cpu_s:.1f} s: {summary['tasks_per_db_cpu_s']} tasks per CPU second")
     log(f"peak RSS per worker {summary['worker_rss_mb_peak']} MB; peak connections "
         f"{sampler.connections} ({summary['connections_per_worker']} per worker)")  # fmt: skip
     log(f"database +{per_task['database']} bytes per task ({per_task}); "
         f"artefacts {summary['artefact_bytes_per_page']} bytes per page")  # fmt: skip
     summary.update(watch.finish())
-    line = json.dumps(summary)
-    if args.save:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"sizing-{stamp}.json").write_text(line + "\n")
-    print(line)
+    report(summary, "sizing", args.save)
     return 0 if summary["complete"] else 1
 
 
