@@ -1,7 +1,7 @@
 """Export throughput and peak memory against PostgreSQL's own COPY, in one run.
 
-    python bench/export.py [--sizes 100000,1000000] [--reps 2] [--pg-name NAME] [--keep|--reuse]
-                           [--baseline-root CHECKOUT]
+    python bench/export.py [--sizes 100000,1000000] [--reps 2] [--formats csv,jsonl,parquet]
+                           [--pg-name NAME] [--keep|--reuse] [--baseline-root CHECKOUT] [--save]
 
 1. Drops and creates a scratch database (BENCH_DATABASE_URL or DATABASE_URL names the server;
    default postgres://postgres@127.0.0.1:5432/postgres), migrates it, and generates one
@@ -11,9 +11,14 @@
 2. Per size and repetition, alternating the order: the floor,
    `psql -X -c "COPY (SELECT payload FROM recovery_observation WHERE run_id = R AND
    validation_state = 'valid') TO STDOUT"`, and the product, `manage.py export R --format F`
-   for F in csv and jsonl. Each is a whole process timed start to exit (start-up included on
-   both sides), its standard output read and counted by this script, and its own peak RSS taken
-   from os.wait4's rusage. Every size gets one unmeasured COPY first, so the table is warm.
+   for F in --formats (csv, jsonl and parquet by default). Each is a whole process timed start
+   to exit (start-up included on both sides), its standard output read and counted by this
+   script, and its own peak RSS taken from os.wait4's rusage. Every size gets one unmeasured
+   COPY first, so the table is warm. Parquet goes to the same pipe as the others (the command
+   writes it to a binary standard output); this script keeps its bytes and, after the timing,
+   reads the row count from the file's footer with pyarrow, and fails unless it is N: a
+   Parquet file's rows are not lines, and its bytes (compressed, typed columns) are far fewer
+   than COPY's, so rows/s is the only fair comparison.
 3. Prints one line per measurement and, last, one JSON line:
    {"bench": "export", "results": [{"rows", "format", "rows_per_s", "copy_rows_per_s",
    "ratio", "mb_per_s", "copy_mb_per_s", "mb_ratio", "peak_rss_mb", "rss_growth", ...}],
@@ -29,6 +34,7 @@
    every repetition) and paired with the same COPY: its rows get "code": "baseline", and ours
    get "vs_baseline" = the baseline's seconds / ours (median over repetitions; > 1 means
    faster than the baseline). A lever's before and after, in one run on the same data.
+5. --save also writes the JSON line to bench/results/export-<UTC stamp>.json.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,10 +63,11 @@ from common import (
 from loadwatch import LoadWatch
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
 PARTITIONS = 20
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "parquet")
 
 SPEC = {
     "name": "bench-export",
@@ -185,8 +193,10 @@ with open(sys.argv[1], "w") as out:
 """
 
 
-def measure(argv: list[str], env: dict[str, str], report: Path) -> dict:
-    """Run a process, count its stdout bytes, return seconds, bytes and its own peak RSS."""
+def measure(argv: list[str], env: dict[str, str], report: Path, keep: bool = False) -> dict:
+    """Run a process, count its stdout bytes, return seconds, bytes and its own peak RSS;
+    with `keep`, also its output ("output": bytes, for a Parquet file's footer)."""
+    kept: list[bytes] = []
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", _LAUNCHER, str(report), *argv],
@@ -201,6 +211,8 @@ def measure(argv: list[str], env: dict[str, str], report: Path) -> dict:
         if not block:
             break
         size += len(block)
+        if keep:
+            kept.append(block)
     proc.stdout.close()
     proc.wait()
     seconds = time.perf_counter() - started
@@ -212,15 +224,26 @@ def measure(argv: list[str], env: dict[str, str], report: Path) -> dict:
         "bytes": size,
         "peak_rss_mb": usage["maxrss_kb"] / 1024,  # Linux reports kilobytes
         "cpu_s": usage["cpu_s"],
+        **({"output": b"".join(kept)} if keep else {}),
     }
+
+
+def parquet_rows(data: bytes) -> int:
+    """The row count a Parquet file's footer declares."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(pa.BufferReader(data)).num_rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--formats", default=",".join(FORMATS), help="of csv, jsonl, parquet")
     parser.add_argument("--pg-name", default="bench_export_scratch")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--save", action="store_true", help="also write bench/results/")
     parser.add_argument(
         "--baseline-root",
         type=Path,
@@ -234,6 +257,9 @@ def main() -> int:
     args = parser.parse_args()
     compile_bytecode(ROOT, *([args.baseline_root] if args.baseline_root else []))
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    if not formats or set(formats) - set(FORMATS):
+        parser.error(f"--formats: choose from {', '.join(FORMATS)}")
     watch = LoadWatch(own_processes=2)  # the export (or psql) and its database backend
 
     if args.reuse:
@@ -335,7 +361,7 @@ def main() -> int:
                 f"rss {copy['peak_rss_mb']:6.1f} MB",
                 flush=True,
             )
-            fmts = FORMATS if rep % 2 == 0 else tuple(reversed(FORMATS))
+            fmts = formats if rep % 2 == 0 else tuple(reversed(formats))
             # Ours and the baseline's (if any) in turn, the order swapped every repetition.
             sides = [("", ROOT, samples)]
             if args.baseline_root:
@@ -344,7 +370,13 @@ def main() -> int:
                 sides.reverse()
             for fmt in fmts:
                 for code, root, into in sides:
-                    got = pair(measure(export_argv(runs[n], fmt, root), child_env, report), copy)
+                    argv = export_argv(runs[n], fmt, root)
+                    measured = measure(argv, child_env, report, keep=fmt == "parquet")
+                    if fmt == "parquet":
+                        counted = parquet_rows(measured.pop("output"))
+                        if counted != n:
+                            raise SystemExit(f"parquet export of {n:,} rows held {counted:,}")
+                    got = pair(measured, copy)
                     into.setdefault((n, fmt), []).append(got)
                     print(
                         f"rep {rep} {n:>9,} rows  {fmt:<6} {got['seconds']:7.2f} s "
@@ -378,7 +410,12 @@ def main() -> int:
         "command": " ".join(["python", "bench/export.py", *sys.argv[1:]]),
     }
     refuse_if_spread(summary, ("ratio",), lambda r: f"{r['rows']:,} rows {r['format']}")
-    print(json.dumps(summary), flush=True)
+    line = json.dumps(summary)
+    if args.save:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"export-{stamp}.json").write_text(line + "\n")
+    print(line, flush=True)
     return 0
 
 
