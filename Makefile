@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 RUNTIME := $(VENV)/.runtime-installed
 
-.PHONY: install install-bench demo test lint types soak bench bench-claim bench-scrape bench-export bench-dashboard bench-manifest bench-browser bench-validation bench-db-latency bench-archive bench-sizing clean
+.PHONY: install install-bench demo test lint types soak bench bench-claim bench-scrape bench-export bench-dashboard bench-api bench-manifest bench-browser bench-validation bench-db-latency bench-archive bench-sizing clean
 
 install: $(STAMP)
 
@@ -65,7 +65,7 @@ soak: install
 		--db-outage-every $(SOAK_OUTAGE_EVERY) --db-outage-seconds $(SOAK_OUTAGE_SECONDS) --json
 
 # Each bench ends with one JSON line, "headline": false when the box was busy (bench/README.md).
-bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-browser bench-validation bench-db-latency bench-archive bench-sizing
+bench: bench-manifest bench-claim bench-scrape bench-export bench-dashboard bench-api bench-browser bench-validation bench-db-latency bench-archive bench-sizing
 
 bench-manifest: install
 	$(BIN)/python bench/manifest.py
@@ -84,6 +84,10 @@ bench-validation: install
 
 bench-dashboard: install
 	$(BIN)/python bench/dashboard.py
+
+# The API's rows pages and changes feed at 100,000 and 10,000,000 observations (issue 28).
+bench-api: install
+	$(BIN)/python bench/api.py $(BENCH_ARGS)
 
 bench-browser: install
 	$(BIN)/python bench/browser.py $(BENCH_ARGS)
@@ -114,7 +118,7 @@ help:
 	@echo "make types            mypy: strict modules clean, no error beyond .mypy-baseline.txt"
 	@echo "make soak             the recovery drill as a soak on PostgreSQL (SOAK_* variables)"
 	@echo "make bench            every benchmark; one alone: make bench-NAME, NAME one of"
-	@echo "                      manifest claim scrape export validation dashboard browser db-latency archive sizing"
+	@echo "                      manifest claim scrape export validation dashboard api browser db-latency archive sizing"
 	@echo "make clean            remove .venv and var/"
 	@echo "make help             this list"
 	@echo "Deployment (systemd, Procfile, compose, nginx): docs/production.md"

@@ -463,6 +463,32 @@ def test_dashboard_bench():
 
 
 @pytest.mark.slow
+@pytest.mark.postgres
+def test_api_bench():
+    if not on_postgres():
+        pytest.skip("the API bench measures PostgreSQL plans")
+    args = ["--small", "300", "--large", "3000", "--reps", "3", "--pg-name", scratch_name("api")]
+    # Exit 1 means a target was missed (at these sizes the planner scans the small tables); a
+    # crash prints no JSON line and fails below. The bench itself checks the pages' lengths.
+    summary = run_bench("api.py", *args, ok_codes=(0, 1))
+    assert summary["bench"] == "api"
+    assert (summary["small"], summary["large"]) == (300, 3000)
+    requests = {r["request"]: r for r in summary["results"]}
+    assert set(requests) == {
+        "rows_first",
+        "rows_middle",
+        "rows_last",
+        "changes_start",
+        "changes_middle",
+        "changes_end",
+    }
+    for r in requests.values():
+        assert 0 < r["small_p50_ms"] <= r["small_p95_ms"]
+        assert 0 < r["large_p50_ms"] <= r["large_p95_ms"]
+        assert r["growth"] > 0 and r["queries"] > 0 and isinstance(r["indexes"], list)
+
+
+@pytest.mark.slow
 def test_http_transport_bench():
     summary = run_bench(
         "http_transport.py", "--pages", "60", "--reps", "2", "--concurrency", "4", "--no-httpcore"
