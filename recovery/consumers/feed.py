@@ -43,14 +43,23 @@ _ADVISORY_KEY = 0x5A1F_EED
 def _waiting() -> QuerySet[OutboxEvent]:
     newest = FeedEntry.objects.aggregate(newest=Max("event_created_at"))["newest"]
     events = OutboxEvent.objects.filter(event_type__in=KINDS, run__isnull=False)
+    numbered = FeedEntry.objects.filter(event_id=OuterRef("pk"))
     if newest is not None:
         events = events.filter(created_at__gte=newest - MARGIN)
-    return events.filter(~Exists(FeedEntry.objects.filter(event_id=OuterRef("pk"))))
+        # An entry keeps its event's created_at, so only entries from the same cutoff on can
+        # match: the anti-join reads the last hour's entries (feed_event_created_idx), not
+        # every entry ever numbered (bench/api.py, 2026-12-07: a hash of all 21,002 entries,
+        # a sequential scan, on every API request that reads the feed or a version).
+        numbered = numbered.filter(event_created_at__gte=newest - MARGIN)
+    return events.filter(~Exists(numbered))
 
 
 def sequence() -> int:
     """Number every committed feed event not yet numbered, oldest first; returns how many."""
-    if not _waiting().exists():
+    # In created_at order, not .exists() (which drops the order): expecting an early match
+    # under LIMIT 1, the planner read the whole outbox sequentially; in this order it walks
+    # outbox_created_idx from the cutoff, the last hour's events, when none waits (bench/api.py).
+    if _waiting().order_by("created_at", "pk").values_list("pk", flat=True).first() is None:
         return 0
     with transaction.atomic():
         if connection.vendor == "postgresql":

@@ -60,7 +60,7 @@ def columns(run: Run) -> list[str]:
 
 def rows_queryset(run: Run):
     """The exported observations: valid, and outside any quarantined partition."""
-    return row_states.exportable(run.pk).order_by("pk")
+    return row_states.exportable_by_id(run.pk)
 
 
 def cursor_scope():

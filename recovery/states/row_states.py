@@ -12,9 +12,10 @@ exported or published).
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from django.db.models import Count, Q, QuerySet
+from django.db import connection
+from django.db.models import Count, F, Lookup, Q, QuerySet
 
 from recovery.models import Observation, RunPartition
 
@@ -53,9 +54,40 @@ def not_valid(run_id: int) -> Q:
 
 def exportable(run_id: int) -> QuerySet[Observation]:
     """The rows an export or a publication may carry: valid and not held."""
-    return Observation.objects.filter(run_id=run_id, validation_state=VALID).exclude(
+    return _valid_unheld(Q(run_id=run_id), run_id)
+
+
+def exportable_by_id(run_id: int) -> QuerySet[Observation]:
+    """exportable(run_id) in id order, read through obs_run_valid_idx (run, validation_state,
+    id) from the first row of the run or the keyset cursor on.
+
+    On PostgreSQL the run is named `run_id = ANY(ARRAY[run])`, not `run_id = run`. With the
+    equality the planner takes run_id for a constant, sees that the primary key gives id order
+    as well, and when the run holds most of the table it walks the primary key from the first
+    id, reading every earlier run's rows before this run's: bench/api.py (2026-12-07) measured
+    the first rows page of a 2,000,000-row run reading the 100,000 rows of another dataset's
+    run first (98 ms; 3 ms through the index). Through ANY, run_id stays a sort key that only
+    the run-led index provides."""
+    if connection.vendor != "postgresql":
+        return exportable(run_id).order_by("pk")
+    return _valid_unheld(_AnyOf(F("run_id"), [run_id]), run_id).order_by("run_id", "pk")
+
+
+def _valid_unheld(run: Q | Lookup, run_id: int) -> QuerySet[Observation]:
+    return Observation.objects.filter(run, validation_state=VALID).exclude(
         partition__in=held_partitions(run_id)
     )
+
+
+class _AnyOf(Lookup):
+    """`column = ANY(%s)` with a list bound as one array (PostgreSQL), used as a filter."""
+
+    lookup_name = "any_of"
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, backend: Any) -> tuple[str, tuple[Any, ...]]:
+        lhs, params = self.process_lhs(compiler, backend)
+        return f"{lhs} = ANY(%s)", (*params, list(self.rhs))
 
 
 def shown_state(observation: Observation, held: set[str]) -> str:

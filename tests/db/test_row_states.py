@@ -54,6 +54,22 @@ def test_it_exports_only_valid_rows_outside_quarantined_partitions():
     assert exported == {tasks["good"][0].pk, tasks["good"][1].pk}
 
 
+def test_the_rows_in_id_order_are_the_exportable_rows_of_that_run_only():
+    # exportable_by_id names the run through ANY(...) on PostgreSQL (to keep the run-led index
+    # in the plan): the same rows as exportable, in id order, and none of another run's.
+    run, other = make_run(), make_run()
+    held_run(run)
+    for task in make_tasks(other, 2, partition="good", state="committed"):
+        observe(task, "valid")
+    ids = list(row_states.exportable(run.pk).order_by("pk").values_list("pk", flat=True))
+    assert len(ids) == 2
+    assert list(row_states.exportable_by_id(run.pk).values_list("pk", flat=True)) == ids
+    assert (
+        list(row_states.exportable_by_id(run.pk).filter(pk__gt=ids[0]).values_list("pk", flat=True))
+        == ids[1:]
+    )
+
+
 def test_not_valid_is_every_row_but_the_exportable_ones():
     run = make_run()
     tasks = held_run(run)
