@@ -27,7 +27,9 @@ through an index (EXPLAIN-checked).
    - `rows_last`: the page after the cursor 250 rows before the end (the last page);
    - `changes_start`, `changes_middle`, `changes_end`: GET .../changes?since=V&limit=500 from
      before the dataset's first entry, from its middle entry, and 500 before its last
-     (corrections with their rows as exported now). 500, not the default 1,000: the small
+     (corrections with their rows as exported now; both datasets' entries share one sequence
+     of versions, so each start is found among the dataset's own entries and every page
+     holds 500 of its changes). 500, not the default 1,000: the small
      dataset has 1,001 entries at 100,000 observations, and a page of the same size on both
      sides is what makes the growth the dataset's, not the page's.
    3 warm-ups per request and dataset, then --reps timed requests, small then large in even
@@ -263,11 +265,15 @@ def main() -> int:
         entries = FeedEntry.objects.filter(dataset_id=run.dataset_id)
         bounds = entries.aggregate(first=Min("seq"), last=Max("seq"))
         count = entries.count()
-        middle = entries.order_by("seq").values_list("seq", flat=True)[count // 2]
+        oldest = entries.order_by("seq").values_list("seq", flat=True)
+        newest = entries.order_by("-seq").values_list("seq", flat=True)
+        # Versions number both datasets' entries in one sequence, interleaved: a page's start
+        # is found among the dataset's own entries, so every page holds PAGE of its changes.
         return {
             "start": bounds["first"] - 1,
-            "middle": middle,
-            "end": max(bounds["first"] - 1, bounds["last"] - 500),
+            "middle": oldest[count // 2],
+            "end": newest[PAGE] if count > PAGE else bounds["first"] - 1,
+            "count": count,
         }
 
     def rows_url(run: Run, after: str | None) -> str:
@@ -279,9 +285,10 @@ def main() -> int:
         return f"{path}?{urlencode({'since': since, 'limit': PAGE})}"
 
     urls: dict[str, dict[str, str]] = {}
+    entries: dict[str, int] = {}
     for label, run in runs.items():
-        run.dataset = Dataset.objects.get(pk=run.dataset_id)
         since = versions(run)
+        entries[label] = since["count"]
         urls[label] = {
             "rows_first": rows_url(run, None),
             "rows_middle": rows_url(run, row_cursor(run, "middle")),
@@ -307,9 +314,15 @@ def main() -> int:
         assert len(middle) == min(PAGE, total - total // 2 - 1), label
         last = fetch(urls[label]["rows_last"])
         assert last["next"] is None and len(last["rows"]) == min(PAGE // 2, total - 1), label
-        corrections = [
-            c for c in fetch(urls[label]["changes_middle"])["changes"] if c["kind"] == "correction"
-        ]
+        count = entries[label]
+        for request, expected in (
+            ("changes_start", min(PAGE, count)),
+            ("changes_middle", min(PAGE, count - count // 2 - 1)),
+            ("changes_end", min(PAGE, count)),
+        ):
+            changes = fetch(urls[label][request])["changes"]
+            assert len(changes) == expected, (label, request, len(changes), expected)
+        corrections = [c for c in changes if c["kind"] == "correction"]
         assert corrections and all(c["row"] for c in corrections), label
 
     results = []
