@@ -5,7 +5,7 @@ take seconds, and checks its final JSON line: it parses, names the bench, carrie
 keys bench/README.md reads and the load-average verdict (bench/loadwatch.py). The figures
 themselves are meaningless at these sizes and are not checked. On the PostgreSQL pass of the
 suite the benches use that server (each in its own scratch database); on the SQLite pass the
-PostgreSQL-only benches (export, dashboard, claim_schema) skip.
+PostgreSQL-only benches (export, dashboard, api, claim_schema) skip.
 """
 
 from __future__ import annotations
