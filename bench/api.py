@@ -53,7 +53,6 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -62,6 +61,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from common import drop_database, generate_run, scratch_database, server_url
+from common import explain as common_explain
 from export import PAYLOAD_SQL, SPEC
 from loadwatch import LoadWatch
 
@@ -75,11 +75,6 @@ RATE_PER_HOUR = 1_000  # events written per hour, for both datasets (one fleet)
 PAGE = 500  # the API's default page of rows
 TARGET_GROWTH = 2.0
 WATCHED = ("recovery_observation", "recovery_outboxevent", "consumers_feedentry")
-SEQ_SCAN = re.compile(r"Seq Scan on (" + "|".join(WATCHED) + r")\b")
-INDEX_SCAN = re.compile(
-    r"(?:Index|Index Only|Bitmap Index) Scan(?: Backward)? (?:using|on) (\w+)"
-    r"(?: on (" + "|".join(WATCHED) + r")\b)?"
-)
 
 
 def add_events(run_id: int, n: int) -> None:
@@ -129,27 +124,7 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def explain(queries: list[dict]) -> tuple[list[str], list[str]]:
-    """(queries whose plan reads a watched table sequentially, indexes read on them)."""
-    from django.db import connection
-
-    bad = []
-    indexes: set[str] = set()
-    with connection.cursor() as cursor:
-        for query in queries:
-            sql = query["sql"]
-            if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
-                continue
-            cursor.execute("EXPLAIN " + sql)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            if SEQ_SCAN.search(plan):
-                bad.append(sql[:300] + "\n" + plan)
-            for line in plan.splitlines():
-                found = INDEX_SCAN.search(line)
-                if found and (
-                    found.group(2) or any(name in line for name in (*WATCHED, " obs_", " feed_"))
-                ):
-                    indexes.add(found.group(1))
-    return bad, sorted(indexes)
+    return common_explain(queries, WATCHED, ("obs_", "feed_"))
 
 
 def main() -> int:

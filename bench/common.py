@@ -353,3 +353,36 @@ def fenced_keys(cur) -> set:
         if not cur.nextset():
             break
     return fenced
+
+
+def explain(
+    queries: list[dict], tables: tuple[str, ...], prefixes: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """EXPLAIN each SELECT of `queries` (CaptureQueriesContext's): (the queries whose plan reads
+    one of `tables` sequentially, with the plan; the indexes read on them: an index scan on one
+    of `tables`, or an index whose name begins with one of `prefixes`)."""
+    from django.db import connection
+
+    names = "|".join(tables)
+    seq_scan = re.compile(rf"Seq Scan on ({names})\b")
+    index_scan = re.compile(
+        r"(?:Index|Index Only|Bitmap Index) Scan(?: Backward)? (?:using|on) (\w+)"
+        rf"(?: on ({names})\b)?"
+    )
+    marks = (*tables, *(f" {prefix}" for prefix in prefixes))
+    bad = []
+    indexes: set[str] = set()
+    with connection.cursor() as cursor:
+        for query in queries:
+            sql = query["sql"]
+            if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
+                continue
+            cursor.execute("EXPLAIN " + sql)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            if seq_scan.search(plan):
+                bad.append(sql[:300] + "\n" + plan)
+            for line in plan.splitlines():
+                found = index_scan.search(line)
+                if found and (found.group(2) or any(mark in line for mark in marks)):
+                    indexes.add(found.group(1))
+    return bad, sorted(indexes)

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -47,15 +46,14 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# Last: bench/ holds a dashboard.py of its own, which must not hide the Django app.
+sys.path.append(str(ROOT / "bench"))
+
+from common import explain as common_explain  # noqa: E402 (after the path it is found on)
 
 PARTITIONS = 50
 ERROR_CLASSES = ("selector_failure", "challenge_page", "server_error", "wrong_template")
 RATE_PER_HOUR = 10_000
-BIG_TABLE_SEQ_SCAN = re.compile(r"Seq Scan on (recovery_task|recovery_attempt)\b")
-BIG_TABLE_INDEX = re.compile(
-    r"(?:Index|Index Only|Bitmap Index) Scan(?: Backward)? (?:using|on) (\w+)"
-    r"(?: on (recovery_task|recovery_attempt)\b)?"
-)
 
 
 def scratch_database(name: str, reuse: bool = False) -> str:
@@ -166,26 +164,7 @@ def generate(run_id: int, n: int) -> None:
 
 
 def explain(queries: list[dict]) -> tuple[list[str], list[str]]:
-    """(queries whose plan reads a big table sequentially, indexes read on the big tables)."""
-    from django.db import connection
-
-    bad = []
-    indexes: set[str] = set()
-    with connection.cursor() as cursor:
-        for query in queries:
-            sql = query["sql"]
-            if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
-                continue
-            cursor.execute("EXPLAIN " + sql)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            if BIG_TABLE_SEQ_SCAN.search(plan):
-                bad.append(sql[:300] + "\n" + plan)
-            for line in plan.splitlines():
-                found = BIG_TABLE_INDEX.search(line)
-                big = ("recovery_task", "recovery_attempt", " task_", " attempt_")
-                if found and any(name in line for name in big):
-                    indexes.add(found.group(1))
-    return bad, sorted(indexes)
+    return common_explain(queries, ("recovery_task", "recovery_attempt"), ("task_", "attempt_"))
 
 
 # Each task list order a page opens halfway down: the SQL of its sort key (the list's own).
