@@ -139,6 +139,12 @@ def test_a_loop_started_while_postgres_is_down_waits_for_it_then_starts_and_work
             wait_until(
                 lambda: committed(server.url, run_id) == TASKS, timeout=120, what="the run done"
             )
+        if loop == "dispatch":  # its first tick after the outage sends the run's wake-ups
+            wait_until(
+                lambda: query(server.url, "SELECT count(*) FROM django_q_ormq") > 0,
+                timeout=60,
+                what="the dispatcher's wake-ups queued",
+            )
         wait_until(lambda: beating(server.url, loop), timeout=30, what=f"{loop}'s heartbeat row")
         assert proc.alive()
         assert supervisor.stop(loop) == 0, log_of(proc)[-4000:]  # SIGTERM: a clean exit
